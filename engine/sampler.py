@@ -1,0 +1,78 @@
+"""Sampler: one vectorised pass turns the step's logits rows into one token per request.
+
+Greedy rows take the argmax. Other rows are scaled by temperature and filtered by top-k, top-p
+and min-p (on one sort shared by all rows, only when some row asks for a filter), then drawn
+with the exponential race (``argmax(p / E)``, E ~ Exp(1)), which equals sampling from ``p``.
+A seeded request draws its noise from its own generator, so its tokens do not depend on what
+else shares the batch.
+"""
+from __future__ import annotations
+
+import torch
+
+from .sampling_params import SamplingParams
+
+
+class Sampler:
+    def __init__(self, seed: int, device: torch.device):
+        self.device = device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def request_generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def __call__(
+        self,
+        logits: torch.Tensor,  # [rows, vocab] float32
+        params: list[SamplingParams],
+        generators: list[torch.Generator | None],
+    ) -> list[int]:
+        tokens = logits.argmax(dim=-1)
+        random_rows = [i for i, p in enumerate(params) if not p.greedy]
+        if random_rows:
+            rows = torch.tensor(random_rows, device=logits.device)
+            chosen = self._sample(logits[rows], [params[i] for i in random_rows],
+                                  [generators[i] for i in random_rows])
+            tokens[rows] = chosen
+        return tokens.tolist()
+
+    def _sample(self, logits, params: list[SamplingParams], generators) -> torch.Tensor:
+        device = logits.device
+        temperature = torch.tensor([p.temperature for p in params], device=device)
+        logits = logits / temperature[:, None]
+        filtered = any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in params)
+        order = None
+        if filtered:
+            logits, order = logits.sort(dim=-1, descending=True)
+            logits = self._filter(logits, params)
+        probs = torch.softmax(logits, dim=-1)
+        noise = torch.empty_like(probs)
+        shared = [i for i, g in enumerate(generators) if g is None]
+        if shared:
+            noise[shared] = torch.empty(len(shared), probs.shape[1], device=device).exponential_(
+                generator=self.generator
+            )
+        for i, generator in enumerate(generators):
+            if generator is not None:
+                noise[i].exponential_(generator=generator)
+        choice = (probs / noise).argmax(dim=-1)
+        if order is not None:
+            choice = order.gather(1, choice[:, None])[:, 0]
+        return choice
+
+    @staticmethod
+    def _filter(sorted_logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        """Mask (to -inf) what top-k, top-p and min-p exclude, on logits sorted descending."""
+        device = sorted_logits.device
+        vocab = sorted_logits.shape[1]
+        rank = torch.arange(vocab, device=device)[None, :]
+        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+        top_p = torch.tensor([p.top_p for p in params], device=device)
+        min_p = torch.tensor([p.min_p for p in params], device=device)
+        remove = rank >= top_k[:, None]
+        probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass strictly above each token
+        remove |= before >= top_p[:, None]
+        remove |= probs < min_p[:, None] * probs[:, :1]
+        remove[:, 0] = False  # the most likely token always stays
+        return sorted_logits.masked_fill(remove, float("-inf"))

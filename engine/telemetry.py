@@ -1,0 +1,139 @@
+"""IterationRecord: the one contract between the engine and everything that watches it.
+
+Every engine step produces exactly one record. It is plain data (JSON-serializable through
+``to_dict``), versioned with ``SCHEMA_VERSION``, and this module is its only documentation.
+Views (viz/), the trace recorder and the metrics read records; none of them touch engine state.
+
+Schema (version 1), as produced by ``IterationRecord.to_dict()``:
+
+- ``schema_version`` int, ``step`` int (0-based, one per engine step)
+- ``t_start``, ``t_end``: wall-clock seconds since the epoch (``time.time()``)
+- ``durations_ms``: ``{"schedule", "prepare", "forward", "sample", "postprocess", "total"}``;
+  on CUDA the prepare/forward/sample phases are read from CUDA events.
+- ``policy`` ("mixed" | "prefill_first"), ``token_budget`` (max_num_batched_tokens),
+  ``chunked_prefill`` bool
+- ``num_rows``: packed rows of this step (sum of segment rows);
+  ``padded_rows``: rows a padded batch would need (num segments x longest segment)
+- ``segments``: one per scheduled request, in row order:
+  ``{"request_id", "kind" ("prefill" | "prefill_chunk" | "decode"), "row_start", "num_rows",
+  "num_cached" (tokens of this request already in the KV cache before the step, i.e. the first
+  position), "num_keys" (keys attended = num_cached + num_rows), "num_prompt_tokens",
+  "sampled" (bool: whether a token was sampled from this segment's last row)}``.
+  Positions of a segment are ``range(num_cached, num_keys)``.
+- ``cu_seqlens_q``: ``[0, r0, r0+r1, ...]``; ``seq_lens_k``: per segment ``num_keys``
+- ``block_tables``: ``{request_id: [physical block ids in logical order]}`` of scheduled requests
+- ``kv``: ``{"num_blocks", "block_size", "num_free", "num_cached", "ref_counts": [per block],
+  "owners": [per block: request_id of the first owner or None], "cached": [block ids holding a
+  prefix-cache hash]}``. A block is free when its ref count is 0 (it may still be cached).
+- ``admitted``: ``{request_id: prefix-cache hit tokens}``; ``preempted``: [request_id];
+  ``finished``: ``{request_id: finish_reason}``; ``aborted``: [request_id]
+- ``sampled``: ``{request_id: token_id}``
+- ``requests``: live and just-finished requests, ``{request_id: {"status", "num_prompt_tokens",
+  "num_computed_tokens", "num_output_tokens", "prefill_target"}}``, where ``prefill_target`` is the
+  number of tokens the current (re)prefill must compute; status is one of
+  "waiting", "prefilling", "decoding", "preempted", "finished".
+- ``num_waiting``, ``num_running``: queue lengths after the step
+- ``error``: None, or the message of an exception that failed this step's requests
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+
+PHASES = ("schedule", "prepare", "forward", "sample", "postprocess")
+SEGMENT_KINDS = ("prefill", "prefill_chunk", "decode")
+REQUEST_STATES = ("waiting", "prefilling", "decoding", "preempted", "finished")
+
+
+@dataclass(slots=True)
+class Segment:
+    request_id: str
+    kind: str
+    row_start: int
+    num_rows: int
+    num_cached: int
+    num_keys: int
+    num_prompt_tokens: int
+    sampled: bool
+
+
+@dataclass(slots=True)
+class KVPoolState:
+    num_blocks: int
+    block_size: int
+    num_free: int
+    num_cached: int
+    ref_counts: list[int]
+    owners: list[str | None]
+    cached: list[int]
+
+
+@dataclass(slots=True)
+class RequestState:
+    status: str
+    num_prompt_tokens: int
+    num_computed_tokens: int
+    num_output_tokens: int
+    prefill_target: int
+
+
+@dataclass(slots=True)
+class IterationRecord:
+    step: int
+    t_start: float
+    t_end: float
+    durations_ms: dict[str, float]
+    policy: str
+    token_budget: int
+    chunked_prefill: bool
+    num_rows: int
+    padded_rows: int
+    segments: list[Segment]
+    cu_seqlens_q: list[int]
+    seq_lens_k: list[int]
+    block_tables: dict[str, list[int]]
+    kv: KVPoolState
+    admitted: dict[str, int] = field(default_factory=dict)
+    preempted: list[str] = field(default_factory=list)
+    finished: dict[str, str] = field(default_factory=dict)
+    aborted: list[str] = field(default_factory=list)
+    sampled: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, RequestState] = field(default_factory=dict)
+    num_waiting: int = 0
+    num_running: int = 0
+    error: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate_record(data: dict) -> None:
+    """Raise ValueError naming the first field of ``data`` that breaks the schema."""
+    if not isinstance(data, dict):
+        raise ValueError("record: expected a JSON object")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"record: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}"
+        )
+    expected = {f: t for f, t in IterationRecord.__annotations__.items()}
+    missing = [name for name in expected if name not in data]
+    if missing:
+        raise ValueError(f"record: missing field(s) {missing}")
+    if set(data["durations_ms"]) != set(PHASES) | {"total"}:
+        raise ValueError(f"record.durations_ms: expected keys {PHASES + ('total',)}")
+    rows = 0
+    for i, seg in enumerate(data["segments"]):
+        if seg.get("kind") not in SEGMENT_KINDS:
+            raise ValueError(f"record.segments[{i}].kind: {seg.get('kind')!r} not in {SEGMENT_KINDS}")
+        if seg["row_start"] != rows:
+            raise ValueError(f"record.segments[{i}].row_start: {seg['row_start']} != {rows}")
+        rows += seg["num_rows"]
+    if rows != data["num_rows"]:
+        raise ValueError(f"record.num_rows: {data['num_rows']} != sum of segment rows {rows}")
+    if data["cu_seqlens_q"][-1:] != [rows] and data["segments"]:
+        raise ValueError("record.cu_seqlens_q: last entry must equal num_rows")
+    for rid, state in data["requests"].items():
+        if state.get("status") not in REQUEST_STATES:
+            raise ValueError(f"record.requests[{rid}].status: {state.get('status')!r}")
