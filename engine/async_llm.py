@@ -22,7 +22,7 @@ from .llm_engine import LLMEngine, Prompt
 from .outputs import RequestDelta, RequestOutput
 from .request import Request
 from .sampling_params import SamplingParams
-from .telemetry import IterationRecord
+from .telemetry import IterationRecord, RequestEvent
 
 log = logging.getLogger(__name__)
 RECONFIGURABLE = ("policy", "max_num_batched_tokens", "enable_chunked_prefill")
@@ -108,6 +108,7 @@ class AsyncLLM:
         self._inbox: deque[tuple] = deque()
         self._streams: dict[str, RequestStream] = {}
         self._subscribers: list[Callable[[IterationRecord], None]] = []
+        self._event_subscribers: list[Callable[[RequestEvent], None]] = []
         self._paused = False
         self._steps_allowed = 0
         self._min_step_interval = 0.0
@@ -157,6 +158,17 @@ class AsyncLLM:
         def unsubscribe() -> None:
             with self._cond:
                 self._subscribers = [s for s in self._subscribers if s is not callback]
+
+        return unsubscribe
+
+    def subscribe_events(self, callback: Callable[[RequestEvent], None]) -> Callable[[], None]:
+        """Receive every request's arrival and text deltas (engine thread; hand off only)."""
+        with self._cond:
+            self._event_subscribers = [*self._event_subscribers, callback]
+
+        def unsubscribe() -> None:
+            with self._cond:
+                self._event_subscribers = [s for s in self._event_subscribers if s is not callback]
 
         return unsubscribe
 
@@ -242,6 +254,10 @@ class AsyncLLM:
         kind, arg = command
         if kind == "add":
             engine.add(arg)
+            if self._event_subscribers:
+                prompt = engine.tokenizer.decode(arg.prompt_token_ids) if engine.tokenizer else None
+                self._emit(RequestEvent("arrival", arg.request_id, time.time(), prompt=prompt,
+                                        num_prompt_tokens=arg.num_prompt_tokens))
         elif kind == "abort":
             delta = engine.abort_request(arg)
             if delta is not None:
@@ -278,6 +294,18 @@ class AsyncLLM:
         for stream, delta in streams:
             if stream is not None:
                 stream.put(delta)
+        if self._event_subscribers:
+            now = time.time()
+            for d in deltas:
+                self._emit(RequestEvent("delta", d.request_id, now, token_ids=d.token_ids, text=d.text,
+                                        finished=d.finished, finish_reason=d.finish_reason, error=d.error))
+
+    def _emit(self, event: RequestEvent) -> None:
+        for callback in self._event_subscribers:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event subscriber failed")
 
     def _slow_motion(self, started: float) -> None:
         with self._cond:

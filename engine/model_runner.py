@@ -98,7 +98,9 @@ class ModelRunner:
             input_ids = torch.tensor(token_ids, device=self.device)
             plan = self.backend.plan(layout, self.device)
             sample_at = [i for i, s in enumerate(scheduled) if s.completes_prefill]
-            logits_rows = torch.tensor([layout.cu_seqlens_q[i + 1] - 1 for i in sample_at], device=self.device)
+            logits_rows = torch.tensor(
+                [layout.cu_seqlens_q[i + 1] - 1 for i in sample_at], dtype=torch.long, device=self.device
+            )
             step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
         with timer.phase("forward", device_work=True):
             hidden = self.model(input_ids, positions, step)

@@ -34,6 +34,12 @@ Schema (version 1), as produced by ``IterationRecord.to_dict()``:
   "waiting", "prefilling", "decoding", "preempted", "finished".
 - ``num_waiting``, ``num_running``: queue lengths after the step
 - ``error``: None, or the message of an exception that failed this step's requests
+
+RequestEvent (same version), from ``AsyncLLM.subscribe_events``: what happened to one request
+between records, for text panels and traces. ``{"kind" ("arrival" | "delta"), "request_id",
+"time", "prompt" (arrival: the prompt text, or None), "num_prompt_tokens" (arrival),
+"token_ids" and "text" (delta: new tokens and newly final text), "finished", "finish_reason",
+"error"}``. Deltas of one request concatenate to its final text.
 """
 from __future__ import annotations
 
@@ -137,3 +143,20 @@ def validate_record(data: dict) -> None:
     for rid, state in data["requests"].items():
         if state.get("status") not in REQUEST_STATES:
             raise ValueError(f"record.requests[{rid}].status: {state.get('status')!r}")
+
+
+@dataclass(slots=True)
+class RequestEvent:
+    kind: str  # "arrival" | "delta"
+    request_id: str
+    time: float
+    prompt: str | None = None
+    num_prompt_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
