@@ -1,13 +1,27 @@
-"""Batchscope's engine: continuous batching of prefill and decode in one forward pass."""
-from .async_llm import AsyncLLM, RequestStream
-from .config import EngineConfig
-from .llm import LLM
-from .llm_engine import LLMEngine
-from .outputs import RequestDelta, RequestOutput
-from .sampling_params import SamplingParams
-from .telemetry import SCHEMA_VERSION, IterationRecord
+"""Batchscope's engine: continuous batching of prefill and decode in one forward pass.
 
-__all__ = [
-    "LLM", "AsyncLLM", "LLMEngine", "EngineConfig", "SamplingParams", "RequestOutput",
-    "RequestDelta", "RequestStream", "IterationRecord", "SCHEMA_VERSION",
-]
+Names are imported lazily (PEP 562) so that ``engine.telemetry`` can be used without torch,
+e.g. by replay mode, which shows a recorded run with no model loaded.
+"""
+from importlib import import_module
+
+_EXPORTS = {
+    "LLM": ".llm",
+    "AsyncLLM": ".async_llm",
+    "RequestStream": ".async_llm",
+    "LLMEngine": ".llm_engine",
+    "EngineConfig": ".config",
+    "SamplingParams": ".sampling_params",
+    "RequestOutput": ".outputs",
+    "RequestDelta": ".outputs",
+    "IterationRecord": ".telemetry",
+    "RequestEvent": ".telemetry",
+    "SCHEMA_VERSION": ".telemetry",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name], __name__), name)
