@@ -24,6 +24,8 @@ class IncrementalDetokenizer:
 
     def add_token(self, token_id: int) -> str:
         """Append one token; return the newly final text (may be "")."""
+        if self.stopped:
+            return ""
         self.token_ids.append(token_id)
         prefix = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
         full = self._decode(self.token_ids[self.prefix_offset :])
@@ -50,4 +52,6 @@ class IncrementalDetokenizer:
         return delta
 
     def _decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:  # token-id-only model: no text
+            return ""
         return self.tokenizer.decode(ids, skip_special_tokens=True)

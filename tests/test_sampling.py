@@ -1,0 +1,90 @@
+"""Sampling: seeded reproducibility, top-k/top-p/min-p supports, stop strings, streaming text."""
+import torch
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.detokenizer import IncrementalDetokenizer
+from engine.sampler import Sampler
+
+PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
+
+
+def support(params: SamplingParams, draws: int = 400) -> set[int]:
+    sampler = Sampler(seed=0, device=torch.device("cpu"))
+    logits = PROBS.log().repeat(draws, 1)
+    return set(sampler(logits, [params] * draws, [None] * draws))
+
+
+@pytest.mark.parametrize("params, expected", [
+    (SamplingParams(temperature=1.0), {0, 1, 2, 3}),
+    (SamplingParams(temperature=1.0, top_k=2), {0, 1}),
+    (SamplingParams(temperature=1.0, top_p=0.7), {0, 1}),  # 0.5 + 0.3 >= 0.7
+    (SamplingParams(temperature=1.0, top_p=0.85), {0, 1, 2}),
+    (SamplingParams(temperature=1.0, min_p=0.2), {0, 1, 2}),  # p >= 0.2 * 0.5
+    (SamplingParams(temperature=1.0, min_p=0.7), {0}),
+    (SamplingParams(temperature=0), {0}),
+])
+def test_filters_restrict_the_support(params, expected):
+    assert support(params) == expected
+
+
+def test_mixed_rows_each_follow_their_own_params():
+    sampler = Sampler(seed=0, device=torch.device("cpu"))
+    logits = PROBS.log().repeat(300, 1)
+    params = [SamplingParams(temperature=0), SamplingParams(top_k=2), SamplingParams(top_k=3)] * 100
+    tokens = sampler(logits, params, [None] * 300)
+    assert set(tokens[0::3]) == {0} and set(tokens[1::3]) <= {0, 1} and set(tokens[2::3]) == {0, 1, 2}
+
+
+def test_seeded_sampling_is_reproducible_whatever_the_batch(tiny_model_dir):
+    llm = LLM(tiny_model_dir, max_num_batched_tokens=32)
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
+    alone = llm.generate([[11, 12, 13]], seeded)[0].token_ids
+    crowd = llm.generate([[40, 41], [11, 12, 13], list(range(300, 380))],
+                         [SamplingParams(max_tokens=12, temperature=1.0), seeded, SamplingParams(max_tokens=5)])
+    assert crowd[1].token_ids == alone
+    other_seed = llm.generate([[11, 12, 13]], SamplingParams(max_tokens=12, temperature=1.0, seed=99,
+                                                               ignore_eos=True))[0].token_ids
+    assert other_seed != alone
+
+
+class _CharTokenizer:
+    """Token i is byte i of UTF-8 text; decoding shows incomplete characters as U+FFFD."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def stream(text: str, stop: list[str]) -> tuple[str, str, bool]:
+    detok = IncrementalDetokenizer(_CharTokenizer(), stop)
+    deltas = [detok.add_token(b) for b in text.encode()]
+    deltas.append(detok.finish())
+    assert all("\ufffd" not in d for d in deltas)
+    return "".join(deltas), detok.text, detok.stopped
+
+
+def test_streamed_deltas_never_split_multibyte_characters():
+    joined, final, stopped = stream("héllo 🌍 wörld ✓", [])
+    assert joined == final == "héllo 🌍 wörld ✓" and not stopped
+
+
+@pytest.mark.parametrize("text, stop, expected", [
+    ("one two. three", ["."], "one two"),
+    ("abc STOP def", ["STOP", "zzz"], "abc "),
+    ("abc ST", ["STOP"], "abc ST"),  # a partial stop at the end is released at finish
+    ("🌍 end 🌍 more", ["🌍 more"], "🌍 end "),
+])
+def test_stop_strings_cut_the_text(text, stop, expected):
+    joined, final, stopped = stream(text, stop)
+    assert joined == final == expected
+    assert stopped == (expected != text)
+
+
+def test_stop_string_ends_a_real_request(tiny_model_dir):
+    llm = LLM(tiny_model_dir)
+    free = llm.generate(["Hello"], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))[0]
+    stop = free.text[3:6]
+    assert stop.strip(), free.text
+    out = llm.generate(["Hello"], SamplingParams(max_tokens=20, temperature=0, stop=[stop]))[0]
+    assert out.finish_reason == "stop"
+    assert out.text == free.text[: free.text.index(stop)]
