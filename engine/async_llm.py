@@ -241,6 +241,8 @@ class AsyncLLM:
                 can_step = not self._paused or self._steps_allowed > 0
             for command in commands:
                 self._apply(engine, command)
+            if engine.has_unreported_aborts and not engine.has_unfinished:
+                self._step(engine)  # an empty step whose record tells viewers about the aborts
             if not can_step or not engine.has_unfinished:
                 continue
             with self._cond:

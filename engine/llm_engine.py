@@ -142,6 +142,10 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work
 
+    @property
+    def has_unreported_aborts(self) -> bool:
+        return bool(self._pending.aborted)
+
     def inject_fault(self, error: Exception) -> None:
         """Test hook: the next step's forward pass raises ``error``."""
         self._fault = error

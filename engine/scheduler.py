@@ -72,6 +72,8 @@ class Scheduler:
             self._admit_waiting(out, budget)
             if not out.scheduled:
                 self._schedule_running(out, budget, phase="decode")
+        # Decodes first, as in the article's [A:1, B:1, C:100]: their rows are contiguous.
+        out.scheduled.sort(key=lambda item: item.kind != "decode")
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int, phase: str | None) -> int:

@@ -59,15 +59,18 @@ class AttentionBackend:
         k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k)
         v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v)
 
-    def key_slots(self, layout: StepLayout, rows: list[int], device: torch.device) -> torch.Tensor:
-        """Cache slots of the keys of segments ``rows``: ``[len(rows), max keys]``.
+    def block_table_tensor(self, layout: StepLayout, segments: list[int], device: torch.device) -> torch.Tensor:
+        """Block tables of ``segments`` as ``[len(segments), max blocks]``.
 
-        Short segments are padded with slots of their own first block; callers mask them.
+        Short tables are padded with their own first block; callers mask those keys out.
+        Gathering whole blocks (``cache[tables]``) copies block-sized runs of memory, far
+        faster on CPU than gathering slot by slot.
         """
-        bs = self.block_size
-        width = -(-max(layout.seq_lens_k[i] for i in rows) // bs)
-        tables = [layout.block_tables[i][:width] for i in rows]
-        padded = torch.tensor([t + [t[0]] * (width - len(t)) for t in tables], device=device)
-        offsets = torch.arange(bs, device=device)
-        slots = (padded[:, :, None] * bs + offsets).flatten(1)
-        return slots[:, : max(layout.seq_lens_k[i] for i in rows)]
+        tables = [layout.block_tables[i] for i in segments]
+        width = max(len(t) for t in tables)
+        return torch.tensor([t + [t[0]] * (width - len(t)) for t in tables], device=device)
+
+    @staticmethod
+    def gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+        """``[segments, max blocks * block_size, kv_heads, head_dim]`` keys or values in order."""
+        return cache[tables].flatten(1, 2)

@@ -23,7 +23,8 @@ class FlashPlan:
     max_seqlen_q: int
     max_seqlen_k: int
     block_table: torch.Tensor | None  # int32 [B, max_blocks] (paged mode)
-    key_slots: torch.Tensor | None  # [sum keys] (gather mode)
+    gather_tables: torch.Tensor | None  # [B, max_blocks] (gather mode)
+    key_mask: torch.Tensor | None  # [B, max_blocks * block_size] valid keys (gather mode)
 
 
 class FlashAttentionBackend(AttentionBackend):
@@ -35,16 +36,14 @@ class FlashAttentionBackend(AttentionBackend):
             cu_k.append(cu_k[-1] + n)
         q_lens = [layout.query_len(i) for i in range(layout.num_segments)]
         paged = self.block_size % FLASH_ATTN_BLOCK == 0
-        block_table = key_slots = None
+        tables = self.block_table_tensor(layout, list(range(layout.num_segments)), device)
+        block_table = gather_tables = key_mask = None
         if paged:
-            width = max(len(t) for t in layout.block_tables)
-            rows = [t + [0] * (width - len(t)) for t in layout.block_tables]
-            block_table = torch.tensor(rows, dtype=torch.int32, device=device)
+            block_table = tables.to(torch.int32)
         else:
-            segments = list(range(layout.num_segments))
-            slots = self.key_slots(layout, segments, device)
-            valid = torch.arange(slots.shape[1], device=device) < torch.tensor(layout.seq_lens_k, device=device)[:, None]
-            key_slots = slots[valid]
+            gather_tables = tables
+            keys = torch.arange(tables.shape[1] * self.block_size, device=device)
+            key_mask = keys < torch.tensor(layout.seq_lens_k, device=device)[:, None]
         return FlashPlan(
             slot_mapping=layout.slot_mapping,
             cu_seqlens_q=torch.tensor(layout.cu_seqlens_q, dtype=torch.int32, device=device),
@@ -52,7 +51,8 @@ class FlashAttentionBackend(AttentionBackend):
             max_seqlen_q=max(q_lens),
             max_seqlen_k=max(layout.seq_lens_k),
             block_table=block_table,
-            key_slots=key_slots,
+            gather_tables=gather_tables,
+            key_mask=key_mask,
         )
 
     def forward(self, plan: FlashPlan, q, k, v, k_cache, v_cache, scale):
@@ -60,8 +60,8 @@ class FlashAttentionBackend(AttentionBackend):
         if plan.block_table is not None:
             keys, values = k_cache, v_cache
         else:
-            keys = k_cache.view(-1, *k.shape[1:])[plan.key_slots]
-            values = v_cache.view(-1, *v.shape[1:])[plan.key_slots]
+            keys = self.gather_blocks(k_cache, plan.gather_tables)[plan.key_mask]
+            values = self.gather_blocks(v_cache, plan.gather_tables)[plan.key_mask]
         return flash_attn_varlen_func(
             q, keys, values,
             cu_seqlens_q=plan.cu_seqlens_q, cu_seqlens_k=plan.cu_seqlens_k,

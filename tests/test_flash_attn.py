@@ -1,0 +1,46 @@
+"""The flash_attn backend equals the torch reference (needs CUDA and the flash_attn package)."""
+import pytest
+import torch
+
+from engine.attention import StepLayout, make_backend
+from engine.config import flash_attn_available
+
+pytestmark = pytest.mark.skipif(
+    not flash_attn_available(), reason="flash_attn backend needs a CUDA GPU and the flash_attn package")
+
+
+@pytest.mark.parametrize("block_size", [16, 256])
+def test_flash_matches_torch_on_a_mixed_step(block_size):
+    torch.manual_seed(0)
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    heads, kv_heads, dim, blocks = 8, 2, 64, 64
+    # Segments: two decodes with long contexts, one chunk with context, one fresh prefill.
+    num_cached, q_lens = [500, 200, 300, 0], [1, 1, 64, 100]
+    tables, next_block = [], 0
+    for cached, q in zip(num_cached, q_lens):
+        n = -(-(cached + q) // block_size)
+        tables.append(list(range(next_block, next_block + n)))
+        next_block += n
+    assert next_block <= blocks
+    cu = [0]
+    for q in q_lens:
+        cu.append(cu[-1] + q)
+    positions = torch.cat([torch.arange(c, c + q) for c, q in zip(num_cached, q_lens)])
+    seg = torch.repeat_interleave(torch.arange(4), torch.tensor(q_lens))
+    width = max(len(t) for t in tables)
+    table_t = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    slots = (table_t[seg, positions // block_size] * block_size + positions % block_size).to(device)
+    layout = StepLayout(cu, num_cached, [c + q for c, q in zip(num_cached, q_lens)], tables, slots)
+    rows = cu[-1]
+    q = torch.randn(rows, heads, dim, device=device, dtype=dtype)
+    k = torch.randn(rows, kv_heads, dim, device=device, dtype=dtype)
+    v = torch.randn(rows, kv_heads, dim, device=device, dtype=dtype)
+    outs = []
+    for name in ("torch", "flash_attn"):
+        torch.manual_seed(1)
+        k_cache = torch.randn(blocks, block_size, kv_heads, dim, device=device, dtype=dtype)
+        v_cache = torch.randn(blocks, block_size, kv_heads, dim, device=device, dtype=dtype)
+        backend = make_backend(name, block_size)
+        plan = backend.plan(layout, device)
+        outs.append(backend.forward(plan, q, k, v, k_cache, v_cache, dim**-0.5).float())
+    torch.testing.assert_close(outs[1], outs[0], atol=2e-2, rtol=2e-2)
