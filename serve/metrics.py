@@ -1,0 +1,99 @@
+"""Prometheus metrics of one engine, in a registry of their own (one per app).
+
+Gauges and step counters come from each IterationRecord; per-request latencies (TTFT,
+inter-token, end-to-end) come from RequestEvents, so dashboard requests count as API ones do.
+Both callbacks run on the engine thread and do a handful of O(1) updates each.
+
+Events also keep the idle state exact: an abort applied while nothing else runs produces no
+further step (so no record), but its final delta does arrive, and once no request is live
+the pool is necessarily all free.
+"""
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from engine import AsyncLLM, IterationRecord
+from engine.telemetry import RequestEvent
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+class EngineMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, llm: AsyncLLM):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.running = Gauge("batchscope_requests_running", "Requests in the running batch", registry=r)
+        self.waiting = Gauge("batchscope_requests_waiting", "Requests waiting for admission", registry=r)
+        self.kv_free = Gauge("batchscope_kv_blocks_free", "KV cache blocks with no owner", registry=r)
+        self.kv_total = Gauge("batchscope_kv_blocks_total", "KV cache blocks in the pool", registry=r)
+        self.iterations = Counter("batchscope_iterations", "Engine steps", registry=r)
+        self.step_errors = Counter("batchscope_step_errors", "Engine steps that failed", registry=r)
+        self.preemptions = Counter("batchscope_preemptions", "Requests preempted", registry=r)
+        self.prompt_tokens = Counter("batchscope_prompt_tokens", "Prefill tokens computed", registry=r)
+        self.generation_tokens = Counter("batchscope_generation_tokens", "Tokens sampled", registry=r)
+        self.finished = Counter("batchscope_requests_finished", "Finished requests",
+                                ["finish_reason"], registry=r)
+        self.iteration_tokens = Histogram("batchscope_iteration_tokens", "Tokens computed per step",
+                                          buckets=TOKEN_BUCKETS, registry=r)
+        self.step_seconds = Histogram("batchscope_step_duration_seconds", "Wall time of one step",
+                                      buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("batchscope_time_to_first_token_seconds", "Arrival to first token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("batchscope_inter_token_latency_seconds", "Time between two tokens",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("batchscope_e2e_request_latency_seconds", "Arrival to finish",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self._num_blocks: int | None = None
+        self._arrival: dict[str, float] = {}
+        self._last_token: dict[str, float] = {}
+        llm.subscribe(self.on_record)
+        llm.subscribe_events(self.on_event)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def on_record(self, record: IterationRecord) -> None:
+        self.running.set(record.num_running)
+        self.waiting.set(record.num_waiting)
+        self.kv_free.set(record.kv.num_free)
+        self.kv_total.set(record.kv.num_blocks)
+        self._num_blocks = record.kv.num_blocks
+        self.iterations.inc()
+        self.iteration_tokens.observe(record.num_rows)
+        self.step_seconds.observe(record.durations_ms["total"] / 1e3)
+        self.generation_tokens.inc(len(record.sampled))
+        self.prompt_tokens.inc(sum(s.num_rows for s in record.segments if s.kind != "decode"))
+        self.preemptions.inc(len(record.preempted))
+        if record.error is not None:
+            self.step_errors.inc()
+
+    def on_event(self, event: RequestEvent) -> None:
+        rid = event.request_id
+        if event.kind == "arrival":
+            self._arrival[rid] = event.time
+            return
+        arrival = self._arrival.get(rid)
+        if arrival is None:  # arrived before we subscribed
+            return
+        if event.token_ids:
+            previous = self._last_token.get(rid)
+            if previous is None:
+                self.ttft.observe(event.time - arrival)
+            else:
+                self.itl.observe((event.time - previous) / len(event.token_ids))
+            self._last_token[rid] = event.time
+        if event.finished:
+            self.e2e.observe(event.time - arrival)
+            self.finished.labels(event.finish_reason or "unknown").inc()
+            del self._arrival[rid]
+            self._last_token.pop(rid, None)
+            if not self._arrival and self._num_blocks is not None:
+                self._show_idle(self._num_blocks)
+
+    def _show_idle(self, num_blocks: int) -> None:
+        self.running.set(0)
+        self.waiting.set(0)
+        self.kv_free.set(num_blocks)
