@@ -12,7 +12,7 @@ from .detokenizer import IncrementalDetokenizer
 from .loader import load_model
 from .model_runner import ModelRunner
 from .outputs import RequestDelta
-from .request import Request, RequestStatus
+from .request import Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
 from .telemetry import PHASES, IterationRecord, RequestState, Segment
