@@ -1,0 +1,211 @@
+"""Batchscope: a live microscope on continuous batching. One process, one port.
+
+    python app.py [--model default] [--host H] [--port P] [--record TRACE] [engine flags...]
+    python app.py --replay TRACE [--host H] [--port P]
+
+A FastAPI app serves the telemetry websocket (/ws/telemetry), plotly.js from the installed
+plotly package and the dashboard client; the Gradio UI is mounted at "/"; the engine loads
+and runs on a background thread (the page shows the loading progress meanwhile). A replay
+plays a recorded trace into the same page instead: it imports neither the engine nor torch,
+so the engine and the API are imported only where the live mode needs them.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import gradio as gr
+import uvicorn
+from fastapi import FastAPI
+
+from viz.hub import TelemetryHub
+from viz.presets import load_presets
+from viz.privacy import new_secret
+from viz.recording import Recorder
+from viz.replay import HubReplay
+from viz.trace import TraceError, load_trace
+from viz.ui import build_replay_ui, build_ui
+from viz.web import HEAD, REPLAY_HEAD, install_replay_routes, install_routes
+
+if TYPE_CHECKING:
+    from engine import AsyncLLM
+
+log = logging.getLogger("batchscope")
+DESCRIPTION = "Batchscope: a live dashboard of an LLM engine's continuous batching."
+
+
+def common_arguments() -> argparse.ArgumentParser:
+    """The flags of both modes (parsed first, without importing the engine)."""
+    on_space = bool(os.environ.get("SPACE_ID"))
+    host = os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if on_space else "127.0.0.1")
+    port = int(os.environ.get("GRADIO_SERVER_PORT") or 7860)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default=host,
+                        help="bind address (env GRADIO_SERVER_NAME; 0.0.0.0 on a Space)")
+    parser.add_argument("--port", type=int, default=port, help="port (env GRADIO_SERVER_PORT)")
+    parser.add_argument("--replay", metavar="TRACE",
+                        help="replay a recorded trace (.jsonl or .jsonl.gz) with no model: "
+                             "python app.py --replay TRACE [--host H] [--port P]")
+    return parser
+
+
+def build_replay_parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=DESCRIPTION + " Replay mode.",
+                                   parents=[common_arguments()],
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.config import POLICIES
+    from serve import add_limit_arguments
+
+    parser = argparse.ArgumentParser(
+        description=DESCRIPTION, parents=[common_arguments()],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", default="default",
+                        help="'default' (SmolLM2-135M-Instruct), a Hugging Face model directory "
+                             "or a .gguf file")
+    parser.add_argument("--record", metavar="TRACE",
+                        help="record the whole run, with every request's text, to a trace file "
+                             "(.jsonl; .jsonl.gz for gzip), written until the server stops")
+    parser.add_argument("--shared-view", action="store_true",
+                        help="show every visitor the text of all requests (workshops); by "
+                             "default a visitor sees only the text of their own requests")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--block-size", type=int, help="tokens per KV block (default: 16, or "
+                        "256 with flash-attn)")
+    engine.add_argument("--num-kv-blocks", type=int,
+                        help="KV pool size in blocks (default: from --kv-cache-memory-gb)")
+    engine.add_argument("--kv-cache-memory-gb", type=float,
+                        help="KV pool memory when --num-kv-blocks is not given (default: 0.5 "
+                             "on CPU, 4 on CUDA)")
+    engine.add_argument("--max-num-batched-tokens", "--token-budget", type=int, default=512,
+                        dest="max_num_batched_tokens", help="token budget per step (rows)")
+    engine.add_argument("--max-num-seqs", type=int, default=64,
+                        help="most requests running at once")
+    engine.add_argument("--max-model-len", type=int,
+                        help="longest prompt + output (default: the model's, at most 4096)")
+    engine.add_argument("--policy", choices=POLICIES, default="mixed",
+                        help="mixed: decodes and prefills share steps; prefill_first: "
+                             "prefill-only steps stall running decodes")
+    engine.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                        dest="enable_chunked_prefill", help="cut long prompts into chunks")
+    engine.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                        dest="enable_prefix_caching", help="share KV blocks of equal prefixes")
+    engine.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+                        default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
+    engine.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    engine.add_argument("--attention-backend", choices=("auto", "torch", "flash_attn"),
+                        default="auto", help="auto: flash-attn on CUDA when installed")
+    engine.add_argument("--seed", type=int, default=0)
+    add_limit_arguments(parser)
+    return parser
+
+
+ENGINE_OPTIONS = (
+    "block_size", "num_kv_blocks", "kv_cache_memory_gb", "max_num_batched_tokens",
+    "max_num_seqs", "max_model_len", "policy", "enable_chunked_prefill",
+    "enable_prefix_caching", "dtype", "device", "attention_backend", "seed",
+)
+
+
+def engine_config(args: argparse.Namespace) -> dict:
+    """EngineConfig keywords from the parsed flags (unset ones are left to the engine)."""
+    return {name: getattr(args, name) for name in ENGINE_OPTIONS if getattr(args, name) is not None}
+
+
+def install_extensions(app: FastAPI, llm: AsyncLLM, hub: TelemetryHub,
+                       args: argparse.Namespace) -> None:
+    """Extra routes and producers, installed before Gradio takes "/" (later routes would be
+    shadowed by it). Extension points, wired here as they land:
+
+    - the OpenAI-compatible API: ``serve.install_api(app, llm)``;
+    - trace record/replay (--record / --replay): a recorder subscribed to ``llm`` next to the
+      hub, and a player publishing into ``hub.publish_record`` / ``hub.publish_event``.
+    """
+    from serve import install_api, limits_from_arguments
+
+    install_api(app, llm, limits_from_arguments(args))
+
+
+def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
+    from engine import AsyncLLM
+
+    llm = AsyncLLM(args.model, **engine_config(args))
+    hub = TelemetryHub(shared_view=args.shared_view)
+    hub.attach(llm)
+    recorder = Recorder(llm, hub)
+    if args.record:
+        recorder.record_run(args.record)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+            recorder.close()
+            llm.shutdown()
+
+    app = FastAPI(title="Batchscope", lifespan=lifespan)
+    install_routes(app, hub)
+    install_extensions(app, llm, hub, args)
+    blocks = build_ui(llm, hub, load_presets(), new_secret(), recorder)
+    gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
+                        footer_links=[])
+    return app, llm, hub
+
+
+def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, HubReplay, TelemetryHub]:
+    """The same dashboard fed by a trace; raises TraceError for a file it cannot replay."""
+    trace = load_trace(args.replay)
+    hub = TelemetryHub()
+    replay = HubReplay(trace, hub, Path(args.replay).name)
+    replay.player.seek(0)  # the first iteration is on screen, paused, when the page opens
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+            replay.close()
+
+    app = FastAPI(title="Batchscope replay", lifespan=lifespan)
+    install_routes(app, hub)
+    install_replay_routes(app, replay.player)
+    gr.mount_gradio_app(app, build_replay_ui(replay), path="/", head=REPLAY_HEAD,
+                        theme=gr.themes.Base(), footer_links=[])
+    return app, replay, hub
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if common_arguments().parse_known_args(argv)[0].replay:
+        parser = build_replay_parser()
+        args = parser.parse_args(argv)
+        try:
+            app, replay, _ = create_replay_app(args)
+        except TraceError as exc:
+            parser.exit(2, f"error: cannot replay: {exc}\n")
+        what = f"replay of {args.replay} ({replay.player.state.num_iterations} iterations)"
+    else:
+        args = build_parser().parse_args(argv)
+        app, _, _ = create_app(args)
+        what = f"model {args.model} loading in the background"
+        if args.record:
+            what += f", recording to {args.record}"
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The dashboard in headless Chromium: Fire fills all four views and the text panels, and an
+HTML prompt stays text. Screenshots go to out/screenshots/ (or $BATCHSCOPE_SCREENSHOTS)."""
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import app as dashboard
+from viz.captions import VIEWS
+from viz.server import BackgroundServer
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SHOTS = Path(os.environ.get("BATCHSCOPE_SCREENSHOTS",
+                            Path(__file__).resolve().parent.parent / "out" / "screenshots"))
+XSS = "<img src=x onerror=alert(1)>"
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason="headless Chromium and chromedriver are not installed (make browser)",
+)
+
+
+@pytest.fixture(scope="module")
+def page(tiny_model_dir):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    args = dashboard.build_parser().parse_args(
+        ["--model", tiny_model_dir, "--num-kv-blocks", "256"])
+    app, llm, _ = dashboard.create_app(args)
+    profile = tempfile.mkdtemp(prefix="batchscope-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+                "--window-size=1920,1080"):
+        options.add_argument(arg)
+    with BackgroundServer(app) as server:
+        llm.wait_ready(120)
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        driver.set_page_load_timeout(60)
+        try:
+            driver.get(server.url + "/")
+            wait_for(driver, lambda: (state := debug(driver)) and state["owner"]
+                     and (state["status"] or {}).get("state") == "ready", 60, "the page to connect")
+            yield driver
+        finally:
+            driver.quit()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def debug(driver) -> dict | None:
+    return driver.execute_script("return window.batchscope ? window.batchscope.debug() : null")
+
+
+def wait_for(driver, condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.3)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / "timeout.png"))
+    raise AssertionError(f"timed out waiting for {what}; state: {debug(driver)}")
+
+
+def fire(driver) -> list[str]:
+    """Click Fire; return the ids the status line reports."""
+    from selenium.webdriver.common.by import By
+
+    before = driver.find_element(By.ID, "bs-fire-status").text
+    driver.find_element(By.ID, "bs-fire").click()
+    status = wait_for(driver, lambda: (text := driver.find_element(By.ID, "bs-fire-status").text)
+                      != before and "Fired" in text and text, 30, "the fire status")
+    return status.split(":", 1)[1].replace(" ", "").split(",")
+
+
+def panel(driver, rid: str, part: str) -> str:
+    return driver.execute_script(
+        "const p = [...document.querySelectorAll('#bs-texts .bs-req')]"
+        ".find(e => e.dataset.rid === arguments[0]);"
+        "return p ? p.querySelector(arguments[1]).textContent : null;", rid, part)
+
+
+def test_fire_fills_the_four_views_and_the_text_panels(page):
+    ids = fire(page)
+    assert ids and all(ids)
+    state = wait_for(page, lambda: (s := debug(page)) and all(
+        set(ids) <= set(s["seen"][view]) for view in ("layout", "blocks", "attention", "timing"))
+        and all(s["texts"].get(rid) for rid in ids) and s, 120, "the fired requests in every view")
+    for view in VIEWS:
+        traces = page.execute_script(
+            "const d = document.getElementById(arguments[0]); return d && d.data ? d.data.length : 0;",
+            view.elem_id)
+        assert traces > 0, view.elem_id
+    for rid in ids:
+        assert panel(page, rid, ".bs-req-text"), rid
+        assert panel(page, rid, ".bs-rid") == rid
+    assert state["status"]["viewers"] >= 1
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.save_screenshot(str(SHOTS / "dashboard.png"))
+
+
+def test_an_html_prompt_is_shown_as_text_and_runs_nothing(page):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    box = page.find_element(By.CSS_SELECTOR, "#bs-prompt textarea")
+    box.clear()
+    box.send_keys(XSS)
+    ids = fire(page)
+    wait_for(page, lambda: all(panel(page, rid, ".bs-req-prompt") == XSS for rid in ids), 60,
+             "the typed prompt in its panels")
+    time.sleep(1.0)  # give an injected onerror handler time to fire, if there were one
+    with pytest.raises(NoAlertPresentException):
+        page.switch_to.alert.text
+    assert page.execute_script("return document.querySelectorAll('#bs-texts img').length") == 0
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.save_screenshot(str(SHOTS / "html_prompt.png"))

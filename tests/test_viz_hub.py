@@ -1,0 +1,152 @@
+"""TelemetryHub without an engine: the publish path a replay uses, coalescing, bounded
+outboxes that drop the oldest frame, resync snapshots and per-visitor privacy."""
+import asyncio
+import json
+
+from viz.hub import TelemetryHub
+from viz.privacy import HIDDEN_TOKEN, PUBLIC
+
+
+def record(step: int, rid: str = "q1", token: int = 42) -> dict:
+    """A minimal record: one decode row of ``rid``."""
+    return {
+        "schema_version": 1, "step": step, "t_start": 1.0 + step, "t_end": 1.5 + step,
+        "durations_ms": {"schedule": 1, "prepare": 1, "forward": 1, "sample": 1, "postprocess": 1,
+                         "total": 5},
+        "policy": "mixed", "token_budget": 512, "chunked_prefill": True, "num_rows": 1,
+        "padded_rows": 1,
+        "segments": [{"request_id": rid, "kind": "decode", "row_start": 0, "num_rows": 1,
+                      "num_cached": 9, "num_keys": 10, "num_prompt_tokens": 9, "sampled": True}],
+        "cu_seqlens_q": [0, 1], "seq_lens_k": [10], "block_tables": {rid: [0]},
+        "kv": {"num_blocks": 4, "block_size": 16, "num_free": 3, "num_cached": 0,
+               "ref_counts": [1, 0, 0, 0], "owners": [rid, None, None, None], "cached": []},
+        "admitted": {}, "preempted": [], "finished": {}, "aborted": [], "sampled": {rid: token},
+        "requests": {rid: {"status": "decoding", "num_prompt_tokens": 9, "num_computed_tokens": 9,
+                           "num_output_tokens": 1, "prefill_target": 9}},
+        "num_waiting": 0, "num_running": 1, "error": None,
+    }
+
+
+def arrival(rid: str, prompt: str = "secret prompt") -> dict:
+    return {"kind": "arrival", "request_id": rid, "time": 1.0, "prompt": prompt,
+            "num_prompt_tokens": 9, "token_ids": [], "text": "", "finished": False,
+            "finish_reason": None, "error": None}
+
+
+def delta(rid: str, text: str, t: float = 2.0, finished: bool = False) -> dict:
+    return {"kind": "delta", "request_id": rid, "time": t, "prompt": None, "num_prompt_tokens": 0,
+            "token_ids": [7], "text": text, "finished": finished,
+            "finish_reason": "length" if finished else None, "error": None}
+
+
+def drain(viewer) -> list[dict]:
+    async def take():
+        out = []
+        while viewer._outbox or viewer.needs_snapshot:
+            frame = await viewer.next_frame()
+            out.append(json.loads(frame) if frame is not None else {"type": "snapshot"})
+        return out
+    return asyncio.run(take())
+
+
+def connected(hub: TelemetryHub, owner: str | None):
+    async def make():
+        hub.start = lambda: None  # no pump task: the test calls tick() itself
+        return hub.connect(owner)
+    return asyncio.run(make())
+
+
+def test_replayed_records_and_events_reach_viewers_as_frames():
+    hub = TelemetryHub(shared_view=True)
+    viewer = connected(hub, None)
+    assert drain(viewer) == [{"type": "snapshot"}]  # the first message is a snapshot
+    hub.publish_event(arrival("q1"))
+    hub.publish_record(record(0))
+    hub.publish_event(delta("q1", "Hello"))
+    hub.publish_event(delta("q1", " world", finished=True))
+    hub.tick()
+    [frame] = drain(viewer)
+    assert frame["type"] == "frame" and [r["step"] for r in frame["records"]] == [0]
+    assert [e["kind"] for e in frame["events"]] == ["arrival", "delta", "delta"]
+    assert [e["offset"] for e in frame["events"][1:]] == [0, 5]
+    assert all(e["visible"] and "owner" not in e for e in frame["events"])
+    snapshot = json.loads(hub.snapshot(viewer.audience))
+    [entry] = snapshot["requests"]
+    assert entry["text"] == "Hello world" and entry["finished"] and entry["num_output_tokens"] == 2
+    assert [r["step"] for r in snapshot["records"]] == [0]
+
+
+def test_frames_are_coalesced_per_tick_and_capped():
+    hub = TelemetryHub(shared_view=True, max_records_per_frame=4)
+    viewer = connected(hub, None)
+    drain(viewer)
+    for step in range(10):
+        hub.publish_record(record(step))
+    hub.tick()
+    hub.tick()  # nothing new: no frame
+    [frame] = drain(viewer)
+    assert [r["step"] for r in frame["records"]] == [6, 7, 8, 9]
+
+
+def test_a_slow_viewer_drops_its_oldest_frames_then_resyncs():
+    hub = TelemetryHub(shared_view=True, outbox_frames=3)
+    slow, fast = connected(hub, None), connected(hub, None)
+    drain(slow)
+    drain(fast)
+    for step in range(10):
+        hub.publish_record(record(step))
+        hub.tick()
+        drain(fast)
+    assert len(slow._outbox) == 3 and slow.dropped == 7 and slow.needs_snapshot
+    assert fast.dropped == 0
+    assert drain(slow) == [{"type": "snapshot"}]  # the snapshot replaces the stale frames
+
+
+def test_visitors_read_only_their_own_text():
+    hub = TelemetryHub()
+    alice, bob, anonymous = (connected(hub, o) for o in ("token-a", "token-b", None))
+    for viewer in (alice, bob, anonymous):
+        drain(viewer)
+    hub.claim("a1", "token-a", "my question")
+    hub.claim("p1", PUBLIC, "a replayed request")
+    for rid in ("a1", "p1"):
+        hub.publish_event(arrival(rid))
+        hub.publish_record(record(0 if rid == "a1" else 1, rid, token=99))
+        hub.publish_event(delta(rid, f"text of {rid}"))
+    hub.tick()
+    frames = {name: drain(v)[0] for name, v in (("alice", alice), ("bob", bob), ("anon", anonymous))}
+    for name, frame in frames.items():
+        events = {(e["request_id"], e["kind"]): e for e in frame["events"]}
+        own = name == "alice"
+        assert events[("a1", "delta")]["text"] == ("text of a1" if own else "")
+        assert events[("a1", "arrival")]["prompt"] == ("secret prompt" if own else None)
+        assert events[("a1", "delta")]["mine"] is own
+        assert events[("p1", "delta")]["text"] == "text of p1"  # public: everyone reads it
+        sampled = frame["records"][0]["sampled"]["a1"]
+        assert sampled == (99 if own else HIDDEN_TOKEN)
+        assert "token-a" not in json.dumps(frame)  # owner tokens never leave the server
+        assert ("my question" in json.dumps(frame)) is own
+    bob_view = json.loads(hub.snapshot(bob.audience))["requests"]
+    assert [e["text"] for e in bob_view] == ["", "text of p1"]
+
+
+def test_reset_clears_history_and_resyncs_every_viewer():
+    hub = TelemetryHub(shared_view=True)
+    viewer = connected(hub, None)
+    drain(viewer)
+    hub.publish_event(arrival("q1"))
+    hub.publish_record(record(0))
+    hub.tick()
+    drain(viewer)
+    hub.reset()
+    hub.tick()
+    assert drain(viewer) == [{"type": "snapshot"}]
+    snapshot = json.loads(hub.snapshot(viewer.audience))
+    assert snapshot["requests"] == [] and snapshot["records"] == []
+
+
+def test_wait_for_status_follows_records():
+    hub = TelemetryHub()
+    assert not hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
+    hub.publish_record(record(0))
+    assert hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)

@@ -1,0 +1,53 @@
+"""Presets and the requests one Fire click plans (tokenizer only, no engine)."""
+import pytest
+
+from viz.firing import Knobs, plan_shot
+from viz.presets import load_presets
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def library():
+    return load_presets()
+
+
+def test_every_preset_plans_valid_requests(library, tokenizer):
+    assert {"chat", "mixed", "system", "staggered", "article"} <= set(library.presets)
+    for preset in library.presets.values():
+        knobs = Knobs(preset.count, preset.max_tokens, preset.temperature, preset.spacing_ms)
+        planned = plan_shot(library, preset, knobs, tokenizer)
+        assert planned and len({p.request_id for p in planned}) == len(planned)
+        assert all(p.label for p in planned)
+
+
+def test_article_scenario_is_500_200_then_100_tokens(library, tokenizer):
+    preset = library.presets["article"]
+    planned = plan_shot(library, preset, Knobs(9, 16, 0.5, 999), tokenizer)
+    assert [len(p.prompt) for p in planned] == [500, 200, 100]  # count/spacing do not apply
+    assert [p.after_decoding for p in planned] == [False, False, True]
+    assert [p.request_id[0] for p in planned] == ["A", "B", "C"]
+    again = plan_shot(library, preset, Knobs(3, 16, 0.5, 0), tokenizer)
+    assert again[2].prompt[:16] != planned[2].prompt[:16]  # no prefix-cache hit across shots
+
+
+def test_long_prompts_need_chunks_and_system_prompts_share_blocks(library, tokenizer):
+    mixed = plan_shot(library, library.presets["mixed"], Knobs(6, 8, 0.7, 100), tokenizer)
+    assert max(len(tokenizer.encode(p.prompt)) for p in mixed) > 512  # > default budget
+    system = plan_shot(library, library.presets["system"], Knobs(2, 8, 0.7, 0), tokenizer)
+    first, second = (tokenizer.encode(p.prompt) for p in system)
+    shared = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+    assert shared >= 256  # many full 16-token blocks in common
+
+
+def test_typed_prompt_replaces_the_presets_and_keeps_spacing(library, tokenizer):
+    planned = plan_shot(library, library.presets["article"], Knobs(3, 5, 0.0, 250), tokenizer,
+                        custom_prompt="<b>hi</b>")
+    assert len(planned) == 3 and all(p.label == "<b>hi</b>" for p in planned)
+    assert [p.delay_s for p in planned] == [0.0, 0.25, 0.5]
+    assert all("<b>hi</b>" in p.prompt and p.params.max_tokens == 5 for p in planned)

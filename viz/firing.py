@@ -1,0 +1,121 @@
+"""Firing: turn a preset (or a typed prompt) into timed requests and submit them.
+
+``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` validates them
+all at once (so a bad prompt fails the click, not a background thread), claims their ids for
+the visitor in the hub, and submits them from a background thread that keeps the arrival
+pattern (spacing, or "after the earlier ones are decoding").
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from engine import AsyncLLM, SamplingParams
+
+from .hub import TelemetryHub
+from .presets import Preset, PresetLibrary, RequestSpec
+
+log = logging.getLogger(__name__)
+AFTER_DECODING_TIMEOUT_S = 60.0
+_request_numbers = itertools.count(1)
+_shot_numbers = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    count: int
+    max_tokens: int
+    temperature: float
+    spacing_ms: float
+
+
+@dataclass(slots=True)
+class PlannedRequest:
+    request_id: str
+    prompt: str | list[int]
+    label: str  # what the visitor's own text panel shows as the prompt
+    params: SamplingParams
+    delay_s: float  # after the shot starts (ignored when after_decoding)
+    after_decoding: bool = False
+
+
+def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
+              custom_prompt: str = "") -> list[PlannedRequest]:
+    """The requests of one click. A typed prompt replaces the preset's prompts (sent as a
+    plain chat message, ``count`` times)."""
+    shot = next(_shot_numbers)
+    if custom_prompt.strip():
+        preset = Preset("custom", "", "", "", "", (RequestSpec(prompt=custom_prompt),),
+                        knobs.count, knobs.max_tokens, knobs.temperature, int(knobs.spacing_ms))
+    if preset.fixed:
+        specs, spacing = list(preset.requests), 0.0
+    else:
+        cycle = itertools.cycle(preset.requests)
+        specs, spacing = [next(cycle) for _ in range(knobs.count)], knobs.spacing_ms / 1000
+    planned = []
+    for i, spec in enumerate(specs):
+        rid = f"{spec.label}{next(_request_numbers)}"
+        prompt, label = _prompt(library, preset, spec, tokenizer, f"{rid}, shot {shot}")
+        params = SamplingParams(max_tokens=spec.max_tokens or knobs.max_tokens,
+                                temperature=knobs.temperature)
+        planned.append(PlannedRequest(rid, prompt, label, params, i * spacing, spec.after_decoding))
+    return planned
+
+
+def fire(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
+         owner: str | None) -> list[str]:
+    """Validate every request now (ValueError), then submit them in the background."""
+    if llm.state != "ready":
+        raise RuntimeError("the model is still loading" if llm.state == "loading"
+                           else f"the engine is {llm.state}: {llm.load_error}")
+    for item in planned:
+        llm.engine.make_request(item.prompt, item.params, item.request_id)
+    thread = threading.Thread(target=_submit, args=(llm, hub, planned, owner),
+                              name="batchscope-fire", daemon=True)
+    thread.start()
+    return [item.request_id for item in planned]
+
+
+def _submit(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
+            owner: str | None) -> None:
+    started = time.monotonic()
+    submitted: list[str] = []
+    for item in planned:
+        if item.after_decoding:
+            hub.wait_for_status(submitted, {"decoding", "finished"}, AFTER_DECODING_TIMEOUT_S)
+        elif (wait := started + item.delay_s - time.monotonic()) > 0:
+            time.sleep(wait)
+        hub.claim(item.request_id, owner, item.label)
+        try:
+            llm.add_request(item.prompt, item.params, item.request_id)
+        except (ValueError, RuntimeError):
+            log.exception("could not submit %s", item.request_id)
+            continue
+        submitted.append(item.request_id)
+
+
+def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer,
+            nonce: str) -> tuple[str | list[int], str]:
+    if spec.tokens is not None:
+        return _exact_tokens(library.texts[spec.text], spec.tokens, tokenizer, nonce), (
+            f"{spec.tokens}-token prompt")
+    if not preset.chat or tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return spec.prompt, spec.prompt
+    messages = [{"role": "system", "content": preset.system}] if preset.system else []
+    messages.append({"role": "user", "content": spec.prompt})
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return text, spec.prompt
+
+
+def _exact_tokens(text: str, num_tokens: int, tokenizer, nonce: str) -> list[int]:
+    """``num_tokens`` token ids of ``text``, led by a nonce so no prefix-cache hit shortens
+    the prefill a preset means to show."""
+    if tokenizer is None:
+        raise ValueError("this preset needs a model with a tokenizer")
+    ids = tokenizer.encode(f"[{nonce}] {text}")
+    while len(ids) < num_tokens:
+        ids += tokenizer.encode(" " + text)
+    return ids[:num_tokens]

@@ -1,0 +1,254 @@
+"""TelemetryHub: from one engine (or a replayed trace) to many browsers, never the other way.
+
+Producers call ``publish_record(record_dict)`` and ``publish_event(event_dict)`` from any
+thread (the engine thread for a live engine, a player thread for a replay); both only append
+under a short lock, so the engine never waits for a viewer. ``run()``, a task on the server's
+event loop, wakes ``fps`` times a second, coalesces what arrived into one frame per audience
+and pushes it into each viewer's bounded outbox (see viewer.py).
+
+Messages (JSON text) sent to a viewer on /ws/telemetry:
+
+- ``{"type": "snapshot", "status": {...}, "requests": [entry...], "records": [record...]}``:
+  the whole state, replacing what the viewer had: first message, after ``reset()`` and after
+  dropped frames. ``requests`` are RequestBook entries (with ``mine`` and ``visible`` instead of
+  the owner); ``records`` the most recent IterationRecord dicts.
+- ``{"type": "frame", "seq": int, "status": {...}, "records": [record...],
+  "events": [event...]}``: what happened since the previous frame. Records are
+  ``IterationRecord.to_dict()`` (engine/telemetry.py), in step order; events are RequestEvent
+  dicts plus ``color``, ``label``, ``offset``/``token_offset`` (deltas: where their text and
+  tokens start in the output), ``mine`` and ``visible``. Text of requests the viewer may not
+  read is removed (privacy.py).
+- ``status``: ``{"source": "live" | "replay" | ..., "state", "model", "load_seconds",
+  "load_error", "paused", "shared_view", "viewers"}``; ``load_seconds`` while loading.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import fields, is_dataclass
+from typing import TYPE_CHECKING
+
+from .book import RequestBook
+from .privacy import Audience
+from .viewer import Viewer
+
+if TYPE_CHECKING:  # a replay runs without the engine (and torch)
+    from engine.telemetry import IterationRecord
+
+StatusProvider = Callable[[], dict]
+MAX_PENDING_EVENTS = 8192
+
+
+class TelemetryHub:
+    def __init__(self, shared_view: bool = False, fps: float = 25.0, outbox_frames: int = 16,
+                 history: int = 40, max_records_per_frame: int = 16):
+        self.shared_view = shared_view
+        self.frame_interval = 1.0 / fps
+        self.outbox_frames = outbox_frames
+        self.max_records_per_frame = max_records_per_frame
+        self._cond = threading.Condition()
+        self._book = RequestBook()
+        self._pending_records: deque[dict] = deque(maxlen=max_records_per_frame)
+        self._pending_events: deque[dict] = deque(maxlen=MAX_PENDING_EVENTS)
+        self._events_lost = False
+        self._statuses: dict[str, str] = {}  # request id -> latest status seen in a record
+        self._history: deque[dict] = deque(maxlen=history)
+        self._reset_pending = False
+        self._viewers: list[Viewer] = []
+        self._status_provider: StatusProvider = lambda: {"source": "none", "state": "idle"}
+        self._seq = 0
+        self._last_status = 0.0
+        self._task: asyncio.Task | None = None
+
+    # ---- producers (any thread; never block) ---------------------------------------------
+    def attach(self, llm) -> Callable[[], None]:
+        """Feed this hub from a live AsyncLLM; returns a function that detaches it."""
+        started = time.monotonic()
+        self.set_status_provider(lambda: _engine_status(llm, started))
+        unsubscribe_records = llm.subscribe(self._accept_record)
+        unsubscribe_events = llm.subscribe_events(lambda event: self.publish_event(event.to_dict()))
+
+        def detach() -> None:
+            unsubscribe_records()
+            unsubscribe_events()
+
+        return detach
+
+    def set_status_provider(self, provider: StatusProvider) -> None:
+        """What the status line shows (a replay sets its own: source, position, speed)."""
+        self._status_provider = provider
+
+    def publish_record(self, record: dict) -> None:
+        """One IterationRecord dict, as from ``IterationRecord.to_dict()``."""
+        self._accept_record(record)
+
+    def _accept_record(self, record: IterationRecord | dict) -> None:
+        """A live engine hands its record object over as is (see ``_shallow``)."""
+        requests = record["requests"] if isinstance(record, dict) else record.requests
+        statuses = {rid: state["status"] if isinstance(state, dict) else state.status
+                    for rid, state in requests.items()}
+        with self._cond:
+            self._pending_records.append(record)
+            self._statuses.update(statuses)
+            self._cond.notify_all()
+
+    def publish_event(self, event: dict) -> None:
+        """One RequestEvent dict (arrival or delta), as from ``RequestEvent.to_dict()``."""
+        with self._cond:
+            if len(self._pending_events) == MAX_PENDING_EVENTS:
+                self._events_lost = True  # viewers resync from the book
+            self._pending_events.append(self._book.apply(event))
+
+    def claim(self, request_id: str, owner: str | None, label: str | None = None) -> None:
+        """Record who fired ``request_id`` (before submitting it, so no event goes out
+        unowned); ``privacy.PUBLIC`` lets every viewer read it."""
+        with self._cond:
+            self._book.claim(request_id, owner, label)
+
+    def claimed(self, request_id: str) -> tuple[str | None, str | None]:
+        """The (owner, label) ``claim`` gave ``request_id``; (None, None) if none (a recorder
+        keeps only the text its visitor may read)."""
+        with self._cond:
+            return self._book.owner(request_id), self._book.label(request_id)
+
+    def reset(self) -> None:
+        """Forget all requests and history (a replay seeking backwards); viewers start over."""
+        with self._cond:
+            self._book.clear()
+            self._statuses.clear()
+            self._pending_records.clear()
+            self._pending_events.clear()
+            self._reset_pending = True
+            self._cond.notify_all()
+
+    # ---- queries for firing code ---------------------------------------------------------
+    def wait_for_status(self, request_ids: Iterable[str], statuses: set[str],
+                        timeout: float) -> bool:
+        """Block until every request's latest status is in ``statuses`` (True) or timeout."""
+        ids = list(request_ids)
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: all(self._statuses.get(rid) in statuses for rid in ids), timeout)
+
+    # ---- viewers (event-loop thread) -----------------------------------------------------
+    def connect(self, owner: str | None) -> Viewer:
+        self.start()
+        viewer = Viewer(Audience(owner or None, self.shared_view), capacity=self.outbox_frames)
+        self._viewers.append(viewer)
+        return viewer
+
+    def disconnect(self, viewer: Viewer) -> None:
+        if viewer in self._viewers:
+            self._viewers.remove(viewer)
+
+    @property
+    def viewers(self) -> list[Viewer]:
+        return list(self._viewers)
+
+    def snapshot(self, audience: Audience) -> str:
+        with self._cond:
+            entries = [e.to_dict() for e in self._book.entries()]
+            owners = {e["request_id"]: e["owner"] for e in entries}
+        return _dumps({
+            "type": "snapshot",
+            "status": self.status(),
+            "requests": [audience.entry(e) for e in entries],
+            "records": [audience.record(r, owners) for r in self._history],
+        })
+
+    def status(self) -> dict:
+        return {**self._status_provider(), "shared_view": self.shared_view,
+                "viewers": len(self._viewers)}
+
+    async def run(self) -> None:
+        """The frame pump: one tick per frame interval, for the life of the server."""
+        while True:
+            await asyncio.sleep(self.frame_interval)
+            self.tick()
+
+    def tick(self) -> None:
+        """Coalesce what arrived since the last tick into one frame per audience."""
+        with self._cond:
+            records = list(self._pending_records)
+            events = list(self._pending_events)
+            self._pending_records.clear()
+            self._pending_events.clear()
+            owners = {e.request_id: e.owner for e in self._book.entries()}
+            reset, self._reset_pending = self._reset_pending, False
+            lost, self._events_lost = self._events_lost, False
+        records = [_shallow(r) for r in records]
+        if reset:
+            self._history.clear()
+        if reset or lost:
+            for viewer in self._viewers:
+                viewer.needs_snapshot = True
+                viewer.wake()
+        self._history.extend(records)
+        now = time.monotonic()
+        if not records and not events and now - self._last_status < 1.0:
+            return
+        self._last_status = now
+        self._seq += 1
+        status = self.status()
+        frames: dict[str | None, str] = {}
+        for viewer in self._viewers:
+            audience = viewer.audience
+            if audience.key not in frames:
+                frames[audience.key] = _dumps({
+                    "type": "frame",
+                    "seq": self._seq,
+                    "status": status,
+                    "records": [audience.record(r, owners) for r in records],
+                    "events": [audience.event(e) for e in events],
+                })
+            viewer.push(frames[audience.key])
+
+    def start(self) -> None:
+        """Start the frame pump on the running event loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="telemetry-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+
+def _shallow(record: IterationRecord | dict) -> dict:
+    """A record as a dict whose nested parts may still be dataclasses. A live record is
+    fresh each step and never changed afterwards, so nothing is copied: ``to_dict()`` would
+    deep-copy the O(pool size) KV lists of every step on the server's event loop."""
+    if isinstance(record, dict):
+        return record
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def _plain(obj) -> dict:
+    if is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _dumps(message: dict) -> str:
+    return json.dumps(message, default=_plain)
+
+
+def _engine_status(llm, started: float) -> dict:
+    engine = llm.engine
+    loading = llm.state == "loading"
+    return {
+        "source": "live",
+        "state": llm.state,
+        "model": engine.model_name if engine is not None else llm.model,
+        "load_seconds": round(time.monotonic() - started, 1) if loading else None,
+        "load_error": llm.load_error,
+        "paused": llm.paused,
+    }

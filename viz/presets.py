@@ -1,0 +1,70 @@
+"""Workload presets (assets/presets.json): what the Fire button sends.
+
+A preset lists request specs and default knobs (count, max tokens, temperature, arrival
+spacing). A spec is either a chat ``prompt`` (wrapped in the model's chat template, after the
+preset's optional ``system`` prompt) or an exact-length raw prompt: ``tokens`` tokens cut from a
+named text, so a view can show exact row counts (the article's 1 + 1 + 100 = 102).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+PRESETS_PATH = Path(__file__).resolve().parent.parent / "assets" / "presets.json"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    prompt: str | None = None  # a chat message
+    text: str | None = None  # key into the file's "texts", used with ``tokens``
+    tokens: int | None = None  # exact prompt length in tokens (raw, no chat template)
+    label: str = "q"  # request id prefix, e.g. "A" -> "A7"
+    max_tokens: int | None = None  # overrides the preset's (slider's) value
+    after_decoding: bool = False  # arrive once every earlier request of the shot is decoding
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    id: str
+    title: str
+    title_zh: str
+    about: str
+    about_zh: str
+    requests: tuple[RequestSpec, ...]
+    count: int
+    max_tokens: int
+    temperature: float
+    spacing_ms: int
+    system: str | None = None
+    chat: bool = True
+    fixed: bool = False  # the request list is the workload: count and spacing do not apply
+
+
+@dataclass(frozen=True, slots=True)
+class PresetLibrary:
+    presets: dict[str, Preset]
+    texts: dict[str, str]
+
+    @property
+    def default(self) -> Preset:
+        return next(iter(self.presets.values()))
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(label, id) pairs for a dropdown."""
+        return [(f"{p.title} · {p.title_zh}", p.id) for p in self.presets.values()]
+
+
+def load_presets(path: Path = PRESETS_PATH) -> PresetLibrary:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    texts = data.get("texts", {})
+    presets = {}
+    for raw in data["presets"]:
+        specs = tuple(RequestSpec(**spec) for spec in raw.pop("requests"))
+        for spec in specs:
+            if (spec.prompt is None) == (spec.tokens is None):
+                raise ValueError(f"preset {raw['id']!r}: each request needs a prompt or tokens")
+            if spec.tokens is not None and spec.text not in texts:
+                raise ValueError(f"preset {raw['id']!r}: unknown text {spec.text!r}")
+        presets[raw["id"]] = Preset(requests=specs, **raw)
+    return PresetLibrary(presets, texts)

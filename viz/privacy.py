@@ -1,0 +1,64 @@
+"""Who may read which request's text.
+
+A visitor is identified by an owner token derived from their Gradio session; the page passes
+it in the websocket URL. A viewer reads the prompt and generated text of its own requests only
+(and of ``PUBLIC`` ones, e.g. a replayed trace); other requests keep their ids, colours, lengths
+and states but lose every token. ``shared`` (the --shared-view flag, for workshops) shows all.
+Owner tokens themselves never leave the server: a viewer learns only ``mine``.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+PUBLIC = "*"
+HIDDEN_TOKEN = -1  # stands in for each token id of a request the viewer may not read
+
+
+def owner_token(secret: bytes, session_hash: str) -> str:
+    """An unguessable, stable token for one browser session."""
+    return hmac.new(secret, session_hash.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def new_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Audience:
+    owner: str | None
+    shared: bool = False
+
+    @property
+    def key(self) -> str | None:
+        """Viewers with the same key receive the same bytes."""
+        return PUBLIC if self.shared else self.owner
+
+    def can_read(self, owner: str | None) -> bool:
+        return self.shared or owner == PUBLIC or (owner is not None and owner == self.owner)
+
+    def event(self, event: dict) -> dict:
+        hidden_ids = [HIDDEN_TOKEN] * len(event.get("token_ids") or ())
+        return self._view(event, prompt=None, label=None, text="", token_ids=hidden_ids)
+
+    def entry(self, entry: dict) -> dict:
+        return self._view(entry, prompt=None, label=None, text="")
+
+    def _view(self, item: dict, **redacted) -> dict:
+        out = {k: v for k, v in item.items() if k != "owner"}
+        out["mine"] = self.owner is not None and item.get("owner") == self.owner
+        out["visible"] = self.can_read(item.get("owner"))
+        if not out["visible"]:
+            out.update(redacted)
+        return out
+
+    def record(self, record: dict, owners: dict[str, str | None]) -> dict:
+        """The record with sampled token ids of unreadable requests hidden."""
+        sampled = record.get("sampled") or {}
+        if all(self.can_read(owners.get(rid)) for rid in sampled):
+            return record
+        hidden = {rid: tok if self.can_read(owners.get(rid)) else HIDDEN_TOKEN
+                  for rid, tok in sampled.items()}
+        return {**record, "sampled": hidden}

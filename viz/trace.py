@@ -1,0 +1,385 @@
+"""Trace files: a recorded run as JSON Lines (gzip when the name ends in ``.gz``).
+
+Format ``batchscope-trace`` version 1, one JSON object per line:
+
+- line 1, the header: ``{"type": "header", "format": "batchscope-trace", "version": 1,
+  "schema_version": <engine telemetry schema>, "started_at": <epoch seconds>,
+  "text": "full" | "redacted", "model": {"name", "config"}, "engine": {EngineConfig fields},
+  "hardware": {"platform", "python", "cpu_count", "device", "torch", "gpu"}}``
+- then, in the order the engine produced them, ``{"type": "record", "data": <IterationRecord
+  dict>}`` for every step and ``{"type": "event", "data": <RequestEvent dict>}`` for every
+  request arrival and text delta (both documented in engine/telemetry.py). Records have
+  consecutive ``step`` numbers (a recording may start mid-run). An arrival recorded from the
+  dashboard may add ``"label"``: the short text its panel showed instead of the prompt.
+- last line: ``{"type": "end", "records": <count>, "events": <count>}``; a file without it was
+  cut off.
+
+``text`` says whose text the file holds: ``"full"`` every request's, ``"redacted"`` none,
+``"own"`` only that of the requests the recording visitor could read (privacy.py). For the
+others the prompt and text are dropped and token ids become ``privacy.HIDDEN_TOKEN`` (so token
+counts, TTFT and inter-token latency survive); layout, timing and KV state are always kept.
+
+Reading validates every line and raises ``TraceError`` naming the line and what is wrong.
+This module never imports torch, so replay starts without the engine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import importlib.util
+import json
+import logging
+import os
+import platform
+import queue
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+from .privacy import HIDDEN_TOKEN
+
+FORMAT = "batchscope-trace"
+FORMAT_VERSION = 1
+TEXT_MODES = ("full", "redacted", "own")
+EVENT_KINDS = ("arrival", "delta")
+GZIP_MAGIC = b"\x1f\x8b"
+log = logging.getLogger(__name__)
+HEADER_KEYS = {  # what replay and the exports read from the header
+    "model": ("name",),
+    "engine": ("policy", "max_num_batched_tokens", "enable_chunked_prefill",
+               "enable_prefix_caching", "num_kv_blocks", "block_size"),
+    "hardware": ("device", "cpu_count", "gpu"),
+}
+
+
+def _load_schema() -> ModuleType:
+    """engine/telemetry.py, loaded on its own: ``import engine.telemetry`` would run
+    engine/__init__.py, which imports torch and the model code."""
+    loaded = sys.modules.get("engine.telemetry")
+    if loaded is not None:
+        return loaded
+    path = Path(__file__).resolve().parent.parent / "engine" / "telemetry.py"
+    spec = importlib.util.spec_from_file_location("batchscope_telemetry_schema", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+schema = _load_schema()
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    kind: str  # "record" | "event"
+    data: dict
+
+    @property
+    def time(self) -> float:
+        """When the live viewers got it: a record when its step ended, an event when emitted."""
+        return self.data["t_end"] if self.kind == "record" else self.data["time"]
+
+
+@dataclass
+class Trace:
+    header: dict
+    entries: list[TraceEntry] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[dict]:
+        return [e.data for e in self.entries if e.kind == "record"]
+
+    @property
+    def events(self) -> list[dict]:
+        return [e.data for e in self.entries if e.kind == "event"]
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def make_header(engine, text: str = "full") -> dict:
+    """The header line for a run of ``engine`` (an LLMEngine: ``LLM.engine``, ``AsyncLLM.engine``)."""
+    if text not in TEXT_MODES:
+        raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
+    hf_config = engine.loaded.config
+    return {
+        "type": "header",
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "schema_version": schema.SCHEMA_VERSION,
+        "started_at": time.time(),
+        "text": text,
+        "model": {"name": engine.model_name,
+                  "config": hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}},
+        "engine": dataclasses.asdict(engine.config),
+        "hardware": _hardware(engine.config.device),
+    }
+
+
+def _hardware(device: str) -> dict:
+    torch = sys.modules.get("torch")  # already imported by the engine being recorded
+    gpu = None
+    if torch is not None and device == "cuda":
+        gpu = torch.cuda.get_device_name()
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "device": device,
+        "torch": getattr(torch, "__version__", None),
+        "gpu": gpu,
+    }
+
+
+def redact_record(data: dict, readable: Callable[[str], bool]) -> dict:
+    sampled = data["sampled"]
+    if all(readable(rid) for rid in sampled):
+        return data
+    return {**data, "sampled": {rid: tok if readable(rid) else HIDDEN_TOKEN
+                                for rid, tok in sampled.items()}}
+
+
+def redact_event(data: dict) -> dict:
+    hidden = [HIDDEN_TOKEN] * len(data["token_ids"])
+    return {**data, "prompt": None, "text": "", "token_ids": hidden}
+
+
+class TraceWriter:
+    """Appends a run to a trace file from a background thread.
+
+    ``add_record``/``add_event`` (or ``attach(async_llm)``) only enqueue, so they are safe to
+    call on the engine thread; serialization, redaction and disk writes happen on the writer
+    thread. ``readable(request_id)`` decides whose text is kept (required when the header's
+    text is "own"; by default all for "full", none for "redacted"); ``label_of(request_id)``
+    gives an arrival's dashboard label. ``close()`` drains the queue and writes the end line.
+    """
+
+    def __init__(self, path: str | os.PathLike, header: dict,
+                 readable: Callable[[str], bool] | None = None,
+                 label_of: Callable[[str], str | None] | None = None):
+        text = header.get("text")
+        if text == "own" and readable is None:
+            raise ValueError("TraceWriter: a trace of text 'own' needs readable(request_id)")
+        self.path = Path(path)
+        self.header = header
+        self.num_records = 0
+        self.num_events = 0
+        self._readable = readable or (lambda _rid: text == "full")
+        self._label_of = label_of
+        self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
+        self._unsubscribe: list[Callable[[], None]] = []
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = _open_write(self.path)
+        self._write_line(header)
+        self._thread = threading.Thread(target=self._drain, name="batchscope-trace", daemon=True)
+        self._thread.start()
+
+    def attach(self, llm) -> "TraceWriter":
+        """Record every step and request event of a running ``AsyncLLM``."""
+        self._unsubscribe += [llm.subscribe(self.add_record), llm.subscribe_events(self.add_event)]
+        return self
+
+    def add_record(self, record) -> None:
+        if not self._closed:
+            self._queue.put(("record", record))
+
+    def add_event(self, event) -> None:
+        if not self._closed:
+            self._queue.put(("event", event))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._queue.put(None)
+        self._thread.join()
+        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events})
+        self._file.close()
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            kind, obj = item
+            try:
+                data = obj if isinstance(obj, dict) else obj.to_dict()
+                data = redact_record(data, self._readable) if kind == "record" else self._event(data)
+                self._write_line({"type": kind, "data": data})
+            except Exception:  # keep recording; the gap in steps will show when it is read
+                log.exception("trace %s: could not write a %s", self.path, kind)
+                continue
+            if kind == "record":
+                self.num_records += 1
+            else:
+                self.num_events += 1
+
+    def _event(self, event: dict) -> dict:
+        """The event with its dashboard label, or without any text if it may not be kept."""
+        rid = event["request_id"]
+        if not self._readable(rid):
+            return redact_event(event)
+        label = self._label_of(rid) if self._label_of and event["kind"] == "arrival" else None
+        return {**event, "label": label} if label else event
+
+    def _write_line(self, obj: dict) -> None:
+        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+
+def _open_write(path: Path) -> IO[str]:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "wt", encoding="utf-8")
+    return path.open("w", encoding="utf-8")
+
+
+def write_trace(path: str | os.PathLike, trace: Trace) -> None:
+    """Write a whole trace at once (tests, re-encoding a file); its text is kept as it is."""
+    with TraceWriter(path, trace.header, readable=lambda _rid: True) as writer:
+        for entry in trace.entries:
+            (writer.add_record if entry.kind == "record" else writer.add_event)(entry.data)
+
+
+# ---- reading ---------------------------------------------------------------------------------
+def load_trace(path: str | os.PathLike) -> Trace:
+    """Read and validate a whole trace file (plain or gzip, whatever its name)."""
+    path = Path(path)
+    where = str(path)
+    try:
+        with path.open("rb") as probe:
+            gzipped = probe.read(2) == GZIP_MAGIC
+    except OSError as exc:
+        raise TraceError(f"{where}: cannot open trace file ({exc.strerror})") from None
+    trace: Trace | None = None
+    end: dict | None = None
+    last_step: int | None = None
+    lineno = 0
+    stream = gzip.open(path, "rt", encoding="utf-8") if gzipped else path.open(encoding="utf-8")
+    with stream:
+        for lineno, line in _numbered_lines(stream, where):
+            at = f"{where}: line {lineno}"
+            if end is not None:
+                raise TraceError(f"{at}: content after the end line")
+            obj = _parse_line(line, at)
+            kind = obj.get("type")
+            if trace is None:
+                trace = Trace(_check_header(obj, at))
+            elif kind == "record":
+                last_step = _check_record(obj.get("data"), last_step, at)
+                trace.entries.append(TraceEntry("record", obj["data"]))
+            elif kind == "event":
+                _check_event(obj.get("data"), at)
+                trace.entries.append(TraceEntry("event", obj["data"]))
+            elif kind == "end":
+                end = obj
+            else:
+                raise TraceError(f"{at}: unknown entry type {kind!r} "
+                                 "(expected 'record', 'event' or 'end')")
+    if trace is None:
+        raise TraceError(f"{where}: line 1: the file is empty (expected a trace header)")
+    if end is None:
+        raise TraceError(f"{where}: truncated: the file stops after line {lineno} without the "
+                         "end line (the recording was cut off or the file was cut short)")
+    _check_counts(trace, end, f"{where}: line {lineno}")
+    return trace
+
+
+def _numbered_lines(stream: IO[str], where: str) -> Iterator[tuple[int, str]]:
+    lineno = 0
+    try:
+        for lineno, line in enumerate(stream, start=1):
+            if not line.endswith("\n"):
+                raise TraceError(f"{where}: line {lineno}: truncated: the last line is incomplete")
+            yield lineno, line
+    except EOFError:
+        raise TraceError(f"{where}: line {lineno + 1}: truncated: the gzip stream ends early "
+                         f"(the file is cut short after line {lineno})") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(f"{where}: line {lineno + 1}: corrupt gzip data ({exc})") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{where}: line {lineno + 1}: not UTF-8 text") from None
+
+
+def _parse_line(line: str, at: str) -> dict:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{at}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{at}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _check_header(obj: dict, at: str) -> dict:
+    if obj.get("type") != "header" or obj.get("format") != FORMAT:
+        raise TraceError(f"{at}: not a Batchscope trace (the first line must be a header with "
+                         f"format {FORMAT!r})")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TraceError(f"{at}: header version {version!r} is not an integer")
+    if version > FORMAT_VERSION:
+        raise TraceError(f"{at}: trace format version {version} is newer than this Batchscope "
+                         f"reads ({FORMAT_VERSION}); upgrade Batchscope to replay it")
+    if version < FORMAT_VERSION:
+        raise TraceError(f"{at}: trace format version {version} is no longer supported "
+                         f"(this Batchscope reads version {FORMAT_VERSION}); record it again")
+    if obj.get("schema_version") != schema.SCHEMA_VERSION:
+        raise TraceError(f"{at}: telemetry schema_version {obj.get('schema_version')!r} is not "
+                         f"{schema.SCHEMA_VERSION}")
+    missing = [k for k in ("started_at", "text", "model", "engine", "hardware") if k not in obj]
+    if missing:
+        raise TraceError(f"{at}: header is missing {missing}")
+    if obj["text"] not in TEXT_MODES:
+        raise TraceError(f"{at}: header text {obj['text']!r} not in {TEXT_MODES}")
+    for name, keys in HEADER_KEYS.items():
+        part = obj[name]
+        lacking = [k for k in keys if k not in part] if isinstance(part, dict) else keys
+        if lacking:
+            raise TraceError(f"{at}: header {name} is missing {lacking}")
+    return obj
+
+
+def _check_record(data: Any, last_step: int | None, at: str) -> int:
+    try:
+        schema.validate_record(data)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise TraceError(f"{at}: invalid iteration record: {exc}") from None
+    step = data["step"]
+    if last_step is not None and step != last_step + 1:
+        raise TraceError(f"{at}: record step {step} follows step {last_step} "
+                         "(a record is missing, repeated or out of order)")
+    return step
+
+
+_EVENT_FIELDS = {f.name for f in dataclasses.fields(schema.RequestEvent)}
+
+
+def _check_event(data: Any, at: str) -> None:
+    if not isinstance(data, dict):
+        raise TraceError(f"{at}: invalid request event: expected a JSON object")
+    missing = sorted(_EVENT_FIELDS - set(data))
+    if missing:
+        raise TraceError(f"{at}: invalid request event: missing field(s) {missing}")
+    if data["kind"] not in EVENT_KINDS:
+        raise TraceError(f"{at}: invalid request event: kind {data['kind']!r} not in {EVENT_KINDS}")
+
+
+def _check_counts(trace: Trace, end: dict, at: str) -> None:
+    counts = {"records": len(trace.records), "events": len(trace.events)}
+    for name, actual in counts.items():
+        if end.get(name) != actual:
+            raise TraceError(f"{at}: the end line says {end.get(name)!r} {name} but the file "
+                             f"holds {actual} (lines were removed or added)")

@@ -1,0 +1,47 @@
+"""Viewer: one connected browser's bounded outbox.
+
+The hub pushes serialized frames; the viewer's websocket task pops and sends them. When the
+browser does not keep up the outbox drops its oldest frame instead of growing or making the
+hub wait, and marks the viewer for a resync snapshot, sent before its next frame.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from .privacy import Audience
+
+
+@dataclass(eq=False)
+class Viewer:
+    audience: Audience
+    capacity: int = 16
+    dropped: int = 0
+    needs_snapshot: bool = True  # the first message is always a snapshot
+    _outbox: deque[str] = field(default_factory=deque)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def push(self, message: str) -> None:
+        """Queue a frame (event-loop thread); never blocks."""
+        if len(self._outbox) >= self.capacity:
+            self._outbox.popleft()
+            self.dropped += 1
+            self.needs_snapshot = True
+        self._outbox.append(message)
+        self._ready.set()
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    async def next_frame(self) -> str | None:
+        """The next frame to send, or None when a snapshot is due first (the outbox is then
+        emptied: the snapshot covers everything in it)."""
+        while not self._outbox and not self.needs_snapshot:
+            self._ready.clear()
+            await self._ready.wait()
+        if self.needs_snapshot:
+            self.needs_snapshot = False
+            self._outbox.clear()
+            return None
+        return self._outbox.popleft()
