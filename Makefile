@@ -25,10 +25,12 @@ test: install
 bench: install
 	$(PY) -m benchmarks $(ARGS)
 
-# Headless Chromium for the browser tests (Debian packages; needs root).
+# Headless Chromium for the browser tests, with a CJK font for the Chinese captions
+# (Debian packages; needs root).
 browser:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q chromium chromium-driver)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && \
+	  test -d /usr/share/fonts/truetype/wqy || \
+	  (apt-get update -q && apt-get install -y -q chromium chromium-driver fonts-wqy-microhei)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -191,6 +191,10 @@ class AsyncLLM:
     def paused(self) -> bool:
         return self._paused
 
+    @property
+    def min_step_interval(self) -> float:
+        return self._min_step_interval
+
     def set_min_step_interval(self, seconds: float) -> None:
         """Slow motion: each step takes at least this long (0 = full speed)."""
         if not 0 <= seconds <= 10:
