@@ -152,25 +152,24 @@ class AsyncLLM:
 
     # ---- telemetry and presenter controls ------------------------------------------------
     def subscribe(self, callback: Callable[[IterationRecord], None]) -> Callable[[], None]:
-        with self._cond:
-            self._subscribers = [*self._subscribers, callback]
-
-        def unsubscribe() -> None:
-            with self._cond:
-                self._subscribers = [s for s in self._subscribers if s is not callback]
-
-        return unsubscribe
+        """Receive every step's record; returns a function that unsubscribes."""
+        return self._add_listener("_subscribers", callback)
 
     def subscribe_events(self, callback: Callable[[RequestEvent], None]) -> Callable[[], None]:
-        """Receive every request's arrival and text deltas (engine thread; hand off only)."""
+        """Receive every request's arrival and text deltas; returns an unsubscribe function."""
+        return self._add_listener("_event_subscribers", callback)
+
+    def _add_listener(self, attribute: str, callback: Callable) -> Callable[[], None]:
+        """Listeners run on the engine thread and must only hand data off. The lists are
+        replaced, never mutated, so the engine thread iterates them without the lock."""
         with self._cond:
-            self._event_subscribers = [*self._event_subscribers, callback]
+            setattr(self, attribute, [*getattr(self, attribute), callback])
 
-        def unsubscribe() -> None:
+        def remove() -> None:
             with self._cond:
-                self._event_subscribers = [s for s in self._event_subscribers if s is not callback]
+                setattr(self, attribute, [c for c in getattr(self, attribute) if c is not callback])
 
-        return unsubscribe
+        return remove
 
     def pause(self) -> None:
         with self._cond:

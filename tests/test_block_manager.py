@@ -89,20 +89,20 @@ def test_prefix_cache_shares_full_blocks_and_evicts_lru():
     bm.check_invariants([])
 
 
-def test_whole_prompt_hit_still_computes_last_token():
-    bm = BlockManager(num_blocks=4, block_size=4, enable_prefix_caching=True)
-    first = _request("a", range(8))
-    bm.admit(first, [], 8)
-    first.num_computed_tokens = 8
+def _pool_after_computing(tokens, enable_prefix_caching: bool) -> BlockManager:
+    bm = BlockManager(num_blocks=4, block_size=4, enable_prefix_caching=enable_prefix_caching)
+    first = _request("a", tokens)
+    bm.admit(first, [], len(first.prompt_token_ids))
+    first.num_computed_tokens = len(first.prompt_token_ids)
     bm.cache_full_blocks(first)
-    same = _request("b", range(8))
-    assert len(bm.cached_prefix(same)) == 1  # the last block is recomputed for its logits
+    return bm
+
+
+def test_whole_prompt_hit_still_computes_last_token():
+    bm = _pool_after_computing(range(8), enable_prefix_caching=True)
+    assert len(bm.cached_prefix(_request("b", range(8)))) == 1  # last block recomputed for logits
 
 
 def test_prefix_caching_off_never_hits():
-    bm = BlockManager(num_blocks=4, block_size=4, enable_prefix_caching=False)
-    first = _request("a", range(8))
-    bm.admit(first, [], 8)
-    first.num_computed_tokens = 8
-    bm.cache_full_blocks(first)
+    bm = _pool_after_computing(range(8), enable_prefix_caching=False)
     assert bm.cached_prefix(_request("b", range(12))) == []
