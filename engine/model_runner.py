@@ -68,7 +68,9 @@ class ModelRunner:
             request = item.request
             start = request.num_computed_tokens
             end = start + item.num_new_tokens
-            if end <= request.num_prompt_tokens:
+            if end - start == 1:  # a decode: no need to build prompt + output
+                token_ids.append(request.token_at(start))
+            elif end <= request.num_prompt_tokens:
                 token_ids.extend(request.prompt_token_ids[start:end])
             else:
                 token_ids.extend(request.all_token_ids[start:end])

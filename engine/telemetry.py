@@ -112,7 +112,30 @@ class IterationRecord:
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain dicts and lists; written out by hand because ``asdict`` deep-copies every
+        per-block list recursively, which is most of a record's cost on a large pool."""
+        data = {name: getattr(self, name) for name in _SCALAR_FIELDS}
+        data["durations_ms"] = dict(self.durations_ms)
+        data["segments"] = [_slots_dict(s) for s in self.segments]
+        data["cu_seqlens_q"] = list(self.cu_seqlens_q)
+        data["seq_lens_k"] = list(self.seq_lens_k)
+        data["block_tables"] = {rid: list(t) for rid, t in self.block_tables.items()}
+        data["kv"] = _slots_dict(self.kv)
+        data["admitted"] = dict(self.admitted)
+        data["preempted"] = list(self.preempted)
+        data["finished"] = dict(self.finished)
+        data["aborted"] = list(self.aborted)
+        data["sampled"] = dict(self.sampled)
+        data["requests"] = {rid: _slots_dict(state) for rid, state in self.requests.items()}
+        return data
+
+
+_SCALAR_FIELDS = ("step", "t_start", "t_end", "policy", "token_budget", "chunked_prefill", "num_rows",
+                  "padded_rows", "num_waiting", "num_running", "error", "schema_version")
+
+
+def _slots_dict(obj) -> dict:
+    return {name: getattr(obj, name) for name in obj.__slots__}
 
 
 def validate_record(data: dict) -> None:
