@@ -1,0 +1,160 @@
+"""The results document: machine, tables (markdown, so they paste into BENCHMARKS.md),
+token agreement between peers, and each target with its measured value."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+COLUMNS = (  # (figure key, header)
+    ("output_tok_s", "out tok/s"), ("total_tok_s", "total tok/s"),
+    ("ttft_ms_p50", "TTFT p50 ms"), ("ttft_ms_p99", "TTFT p99 ms"), ("ttft_ms_mean", "TTFT mean ms"),
+    ("itl_ms_p50", "ITL p50 ms"), ("itl_ms_p99", "ITL p99 ms"), ("late_ttft_ms", "late TTFT ms"),
+    ("peak_mem_mb", "peak MB"), ("output_tok_cpu_s", "out tok/CPU-s"),
+)
+REFERENCE_PEER = "hf_generate"
+
+
+def machine_info(threads: int) -> dict:
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": threads,
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        keep = ("Model name", "CPU(s)", "Thread(s) per core", "L2 cache", "L3 cache")
+        info["cpu"] = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lscpu.splitlines())
+                       if k.strip() in keep}
+    except (OSError, subprocess.CalledProcessError):
+        info["cpu"] = platform.processor()
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def agreement(peers: dict[str, dict]) -> dict[str, float]:
+    """Fraction of requests whose greedy tokens equal the reference peer's (repeat 0)."""
+    reference = peers.get(REFERENCE_PEER, {}).get("token_ids")
+    if reference is None:
+        return {}
+    return {
+        name: round(sum(a == b for a, b in zip(reference, p["token_ids"])) / len(reference), 3)
+        for name, p in peers.items() if name != REFERENCE_PEER
+    }
+
+
+@dataclass
+class TargetResult:
+    name: str
+    value: float | None
+    threshold: float
+    higher_is_better: bool
+    detail: str
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.threshold if self.higher_is_better else self.value <= self.threshold
+
+
+def _fig(results: dict, workload: str, peer: str, key: str):
+    return results["workloads"].get(workload, {}).get("peers", {}).get(peer, {}).get("figures", {}).get(key)
+
+
+def _ratio(a, b) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def scheduling_targets(results: dict) -> list[TargetResult]:
+    """W2 and W3: Batchscope against itself, on any device."""
+    w2 = [_fig(results, "W2", p, "itl_ms_p99") for p in ("bs_mixed", "bs_prefill_first")]
+    w3 = [_fig(results, "W3", p, "ttft_ms_mean") for p in ("bs_mixed_nocache", "bs_mixed")]
+    return [
+        TargetResult("W2 ITL p99 of running requests: bs_mixed / bs_prefill_first", _ratio(*w2), 0.5, False,
+                     f"{w2[0]} ms vs {w2[1]} ms"),
+        TargetResult("W3 mean TTFT: prefix caching off / on", _ratio(*w3), 1.5, True, f"{w3[0]} ms vs {w3[1]} ms"),
+    ]
+
+
+def cpu_targets(results: dict) -> list[TargetResult]:
+    hf = [v for p in ("hf_generate", "hf_generate_batch") if (v := _fig(results, "W1", p, "output_tok_s"))]
+    hf_cpu = [v for p in ("hf_generate", "hf_generate_batch") if (v := _fig(results, "W1", p, "output_tok_cpu_s"))]
+    ours, ours_cpu = _fig(results, "W1", "bs_mixed", "output_tok_s"), _fig(results, "W1", "bs_mixed", "output_tok_cpu_s")
+    prefill = results["workloads"].get("W1", {}).get("peers", {}).get("bs_mixed", {}).get("prefill", {})
+    telemetry = results.get("telemetry") or {}
+    return [
+        TargetResult("W1 output tok/s: bs_mixed / faster transformers peer", _ratio(ours, max(hf, default=None)), 2.0,
+                     True, f"bs_mixed {ours} vs transformers {hf}; per CPU-second: {_ratio(ours_cpu, max(hf_cpu, default=None))}"),
+        TargetResult("W1 prefill-heavy steps: fraction of GEMM peak (forward, median)",
+                     prefill.get("forward_fraction_median"), 0.6, True,
+                     f"{prefill.get('num_steps', 0)} steps, {prefill.get('gflop_s_median')} GFLOP/s; "
+                     f"whole step: {prefill.get('step_fraction_median')}; per CPU-second: {prefill.get('cpu_fraction_median')}"),
+        *scheduling_targets(results),
+        TargetResult("Telemetry (one JSON subscriber): throughput cost", telemetry.get("throughput_cost"), 0.03, False,
+                     f"bare {telemetry.get('bare_median')} vs subscribed {telemetry.get('subscribed_median')} tok/s"),
+    ]
+
+
+def markdown_tables(results: dict) -> str:
+    lines = []
+    for name, w in results["workloads"].items():
+        lines += [f"### {name}: {w['description']}", ""]
+        lines.append("| peer | " + " | ".join(h for _, h in COLUMNS) + " |")
+        lines.append("|---" * (len(COLUMNS) + 1) + "|")
+        for peer, p in w["peers"].items():
+            cells = [_cell(p["figures"].get(k)) for k, _ in COLUMNS]
+            lines.append(f"| {peer} | " + " | ".join(cells) + " |")
+        lines.append("")
+        for peer, p in w["peers"].items():
+            if p.get("prefill", {}).get("num_steps"):
+                f = p["prefill"]
+                lines.append(f"- {peer} prefill-heavy steps: {f['num_steps']} (median {f['rows_median']} rows), "
+                             f"{f['gflop_s_median']} GFLOP/s = {f['forward_fraction_median']:.0%} of GEMM peak "
+                             f"(forward phase), {f['step_fraction_median']:.0%} over the whole step, "
+                             f"{f['cpu_fraction_median']:.0%} per CPU-second of the step")
+            if p.get("decode", {}).get("num_steps"):
+                f = p["decode"]
+                lines.append(f"- {peer} decode-only steps: {f['num_steps']} (median batch {f['batch_median']}), "
+                             f"forward {f['forward_ms_median']} ms vs bandwidth floor {f['floor_ms_median']} ms "
+                             f"= {f['forward_fraction_median']:.0%} (whole step {f['step_fraction_median']:.0%})")
+        if w.get("agreement"):
+            lines.append(f"- greedy tokens equal to {REFERENCE_PEER}'s (fraction of requests): {w['agreement']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def targets_table(targets: list[dict]) -> str:
+    lines = ["| target | measured | goal | met | detail |", "|---|---|---|---|---|"]
+    for t in targets:
+        goal = (">= " if t["higher_is_better"] else "<= ") + str(t["threshold"])
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        lines.append(f"| {t['name']} | {_cell(t['value'])} | {goal} | {met} | {t['detail']} |")
+    return "\n".join(lines)
+
+
+def target_dicts(targets: list[TargetResult]) -> list[dict]:
+    return [asdict(t) | {"met": t.met} for t in targets]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if isinstance(value, float) and value >= 100 else str(value)
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1))

@@ -1,0 +1,115 @@
+"""Runs a whole benchmark: the machine's ceilings, one worker process per peer, the
+telemetry experiment, then figures and targets, into one results dict."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .metrics import decode_efficiency, prefill_efficiency
+from .peers import PeerContext
+from .report import agreement, machine_info
+from .roofline import ModelShapes, gemm_peak, memory_bandwidth, weight_bytes
+from .settings import Setting
+from .timings import StepStat
+from .worker import execute, model_shapes
+from .workloads import WARMUP_SEED, build
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PEERS = {
+    "W1": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_nochunk", "bs_prefill_first"),
+    "W2": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_nochunk", "bs_prefill_first"),
+    "W3": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_nocache"),
+}
+
+
+def run_job(job: dict, timeout_s: float, in_process: bool = False) -> dict:
+    """One worker process (or, for tests, a call in this one); its JSON result."""
+    if in_process:
+        return json.loads(json.dumps(execute(job)))
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        spec.write_text(json.dumps(job))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                   TOKENIZERS_PARALLELISM="false")
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.worker", str(spec), str(out)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker {job.get('peer', job['kind'])} failed:\n{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
+
+
+def ceilings(ctx: PeerContext, rows: int) -> dict:
+    device = torch.device(ctx.device)
+    shapes = model_shapes(ctx.model)
+    return {
+        "shapes": shapes.to_dict(),
+        "gemm": gemm_peak(shapes, rows, ctx.torch_dtype, device),
+        "bandwidth_bytes_per_s": memory_bandwidth(device, mbytes=1024 if device.type == "cuda" else 256),
+    }
+
+
+def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, threads: int,
+                  peers: dict[str, tuple[str, ...]] | None = None, telemetry: bool = True,
+                  timeout_s: float = 1800, in_process: bool = False, log=print) -> dict:
+    torch.set_num_threads(threads)
+    peers = peers or DEFAULT_PEERS
+    started = time.time()
+    roof = ceilings(ctx, setting.token_budget)
+    log(f"GEMM peak {roof['gemm']['peak_flops_per_s'] / 1e9:.1f} GFLOP/s at {setting.token_budget} rows, "
+        f"copy bandwidth {roof['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s")
+    vocab = roof["shapes"]["vocab"]
+    results = {
+        "setting": setting.to_dict(), "context": asdict(ctx), "machine": machine_info(threads),
+        "roofline": roof, "workloads": {},
+    }
+    for w in workloads:
+        workload = build(w, setting, 0, vocab)
+        results["workloads"][w] = {
+            "description": workload.description, "num_prompt_tokens": workload.num_prompt_tokens,
+            "num_output_tokens": workload.num_output_tokens, "peers": {},
+        }
+    order = list(dict.fromkeys(p for w in workloads for p in peers[w]))
+    for peer in order:
+        mine = [w for w in workloads if peer in peers[w]]
+        t = time.time()
+        out = run_job({"kind": "peer", "peer": peer, "workloads": mine, "ctx": asdict(ctx),
+                       "setting": setting.name, "threads": threads}, timeout_s, in_process)
+        rates = ", ".join(f"{w} {out[w]['figures']['output_tok_s']} tok/s" for w in mine)
+        log(f"{peer}: {rates} ({time.time() - t:.0f} s)")
+        for w in mine:
+            results["workloads"][w]["peers"][peer] = out[w]
+    if telemetry and "W1" in workloads:
+        results["telemetry"] = run_job({"kind": "telemetry", "ctx": asdict(ctx), "setting": setting.name,
+                                        "threads": threads}, timeout_s, in_process)
+        log(f"telemetry cost {results['telemetry']['throughput_cost']:.1%}")
+    # The peak again at the end: on a shared machine the larger of the two is the honest one.
+    again = gemm_peak(model_shapes(ctx.model), setting.token_budget, ctx.torch_dtype, torch.device(ctx.device))
+    if again["peak_flops_per_s"] > roof["gemm"]["peak_flops_per_s"]:
+        roof["gemm"] = again
+    for w in results["workloads"].values():
+        for entry in w["peers"].values():
+            entry.update(_efficiency(entry["steps"], roof, setting, ctx, threads))
+        w["agreement"] = agreement(w["peers"])
+    results["warmup_seed"] = WARMUP_SEED
+    results["elapsed_s"] = round(time.time() - started, 1)
+    return results
+
+
+def _efficiency(steps: list[dict], roof: dict, setting: Setting, ctx: PeerContext, threads: int) -> dict:
+    """Batchscope's steps against the ceilings (transformers peers have no steps)."""
+    if not steps:
+        return {}
+    stats = [StepStat(**s) for s in steps]
+    shapes = ModelShapes(**roof["shapes"])
+    return {
+        "prefill": prefill_efficiency(stats, roof["gemm"]["peak_flops_per_s"], setting.token_budget // 2, threads),
+        "decode": decode_efficiency(stats, weight_bytes(shapes, ctx.torch_dtype.itemsize), roof["bandwidth_bytes_per_s"]),
+    }

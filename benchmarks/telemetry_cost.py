@@ -1,0 +1,55 @@
+"""What telemetry costs: W1 throughput with one subscriber that serialises every record
+to JSON vs the bare step loop, alternated on one engine (same prompts, ABBA order so slow
+drift of a shared machine cancels), plus the per-step time spent outside the engine's phases
+(building the record) which the engine pays whether anyone listens or not."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from .metrics import step_overhead, summarise
+from .peers import BATCHSCOPE_CONFIGS, BatchscopePeer, PeerContext
+from .settings import Setting
+from .workloads import WARMUP_SEED, build
+
+
+class JsonSubscriber:
+    """The cheapest real subscriber: each record to a JSON string, time spent noted."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, record) -> None:
+        t = time.perf_counter()
+        json.dumps(record.to_dict())
+        self.seconds += time.perf_counter() - t
+        self.calls += 1
+
+
+def measure(ctx: PeerContext, setting: Setting, vocab_size: int) -> dict:
+    # Prefix caching off: the same prompts can then be replayed without cache hits.
+    peer = BatchscopePeer(ctx, **BATCHSCOPE_CONFIGS["bs_mixed_nocache"])
+    peer.setup()
+    peer.run(build("W1", setting, WARMUP_SEED, vocab_size))
+    subscriber = JsonSubscriber()
+    tok_s: dict[str, list[float]] = {"bare": [], "subscribed": []}
+    steps = []
+    for r in range(setting.telemetry_rounds):
+        workload = build("W1", setting, 100 + r, vocab_size)
+        order = ("bare", "subscribed") if r % 2 == 0 else ("subscribed", "bare")
+        for variant in order:
+            peer.subscriber = subscriber if variant == "subscribed" else None
+            run = peer.run(workload)
+            tok_s[variant].append(summarise(workload, run)["output_tok_s"])
+            steps += run.steps
+    bare, subscribed = statistics.median(tok_s["bare"]), statistics.median(tok_s["subscribed"])
+    return {
+        "output_tok_s": tok_s,
+        "bare_median": bare,
+        "subscribed_median": subscribed,
+        "throughput_cost": round(1 - subscribed / bare, 4),
+        "subscriber_ms_per_step": round(subscriber.seconds / max(subscriber.calls, 1) * 1e3, 3),
+        "engine_unphased": step_overhead(steps),
+    }
