@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import json
 import logging
 import os
@@ -39,8 +38,9 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import IO, Any
+
+from engine import telemetry as schema  # plain data: no torch (engine/__init__ is lazy)
 
 from .privacy import HIDDEN_TOKEN
 
@@ -58,21 +58,6 @@ HEADER_KEYS = {  # what replay and the exports read from the header
 }
 
 
-def _load_schema() -> ModuleType:
-    """engine/telemetry.py, loaded on its own: ``import engine.telemetry`` would run
-    engine/__init__.py, which imports torch and the model code."""
-    loaded = sys.modules.get("engine.telemetry")
-    if loaded is not None:
-        return loaded
-    path = Path(__file__).resolve().parent.parent / "engine" / "telemetry.py"
-    spec = importlib.util.spec_from_file_location("batchscope_telemetry_schema", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
-
-schema = _load_schema()
 
 
 class TraceError(ValueError):

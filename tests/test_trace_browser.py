@@ -1,0 +1,224 @@
+"""Traces in a real browser and a real process: ``python app.py --replay`` (no torch) in
+headless Chromium, stepped and scrubbed; the exported HTML report drawn offline."""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from viz.captions import VIEWS
+from viz.export import summarize, to_html_report
+from viz.server import free_port
+from viz.trace import load_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@dataclass
+class ReplayServer:
+    url: str
+    process: subprocess.Popen
+    startup_s: float
+
+
+@pytest.fixture(scope="module")
+def trace():
+    assert SHIPPED, "assets/traces/ holds no trace"
+    return load_trace(SHIPPED[0])
+
+
+@pytest.fixture(scope="module")
+def replay_server(tmp_path_factory):
+    port = free_port()
+    log = (tmp_path_factory.mktemp("replay") / "server.log").open("w")
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "app.py", "--replay", str(SHIPPED[0]), "--port", str(port)],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                urllib.request.urlopen(url + "/", timeout=5)
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"app.py --replay did not start: {Path(log.name).read_text()[-2000:]}")
+        yield ReplayServer(url, process, time.monotonic() - started)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        log.close()
+
+
+def test_replay_process_runs_without_torch(replay_server):
+    maps = Path(f"/proc/{replay_server.process.pid}/maps").read_text()
+    assert "libtorch" not in maps and "torch/lib" not in maps
+    assert replay_server.startup_s < 60  # seconds, not the minutes of a model load
+
+
+def test_a_truncated_trace_stops_replay_with_the_line(tmp_path):
+    with gzip.open(SHIPPED[0], "rt") as source:
+        head = [next(source) for _ in range(4)]
+    broken = tmp_path / "cut.jsonl"
+    broken.write_text("".join(head[:3]) + head[3][:100])
+    done = subprocess.run([sys.executable, "app.py", "--replay", str(broken)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "error: cannot replay: " in done.stderr
+    assert "cut.jsonl: line 4: truncated: the last line is incomplete" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("headless Chromium and chromedriver are not installed (make browser)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1600,1000",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, condition, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; state: {debug(driver)}")
+
+
+def debug(driver) -> dict | None:
+    return driver.execute_script("return window.batchscope ? window.batchscope.debug() : null")
+
+
+def shown_step(driver) -> int | None:
+    state = debug(driver)
+    return state["lastStep"] if state and state["connected"] else None
+
+
+def views_with_data(driver) -> list[str]:
+    return driver.execute_script(
+        "return arguments[0].filter(id => { const d = document.getElementById(id);"
+        " return d && d.data && d.data.length > 0; });", [v.elem_id for v in VIEWS])
+
+
+def scrub(driver, iteration: int) -> None:
+    driver.execute_script(
+        "const s = document.getElementById('bs-replay-scrubber'); s.value = arguments[0];"
+        "s.dispatchEvent(new Event('input', {bubbles: true}));"
+        "s.dispatchEvent(new Event('change', {bubbles: true}));", iteration)
+
+
+def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
+    from selenium.webdriver.common.by import By
+
+    steps = [r["step"] for r in trace.records]
+    browser.get(replay_server.url + "/")
+    wait_for(browser, lambda: shown_step(browser) == steps[0], "the first iteration")
+    wait_for(browser, lambda: len(views_with_data(browser)) == len(VIEWS), "all four views")
+    assert debug(browser)["status"]["source"] == "replay"
+
+    browser.find_element(By.ID, "bs-replay-step").click()
+    wait_for(browser, lambda: shown_step(browser) == steps[1], "a step")
+    position = browser.find_element(By.ID, "bs-replay-position")
+    wait_for(browser, lambda: f"iteration 2 / {len(steps)}" in position.text, "the position")
+
+    scrub(browser, 150)
+    wait_for(browser, lambda: shown_step(browser) == steps[150], "scrubbing forward")
+    texts = debug(browser)["texts"]
+    assert texts and any(texts.values())  # the text panels replay the generated text
+    scrub(browser, 20)
+    wait_for(browser, lambda: shown_step(browser) == steps[20], "scrubbing back")
+    assert views_with_data(browser) == [v.elem_id for v in VIEWS]
+
+    browser.execute_script(
+        "const s = document.getElementById('bs-replay-speed'); s.value = '8';"
+        "s.dispatchEvent(new Event('change', {bubbles: true}));")
+    browser.find_element(By.ID, "bs-replay-play").click()
+    wait_for(browser, lambda: (shown_step(browser) or 0) > steps[22], "playing at 8x")
+    replay = wait_for(browser, lambda: debug(browser)["status"]["replay"], "the replay status")
+    assert replay["speed"] == 8
+    browser.find_element(By.ID, "bs-replay-play").click()  # now "Pause"
+    wait_for(browser, lambda: not debug(browser)["status"]["replay"]["playing"], "the pause")
+    paused_at = shown_step(browser)
+    time.sleep(1.0)
+    assert shown_step(browser) == paused_at
+
+
+def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):
+    path = tmp_path / "report.html"
+    path.write_text(to_html_report(trace), encoding="utf-8")
+    browser.get(path.as_uri())
+    charts = ["timing", "layout", "timeline", "pool"]
+    drawn = ("return arguments[0].filter(id => { const el = document.getElementById(id);"
+             " return el && el.data && el.data.length && el.querySelector('.main-svg'); });")
+    wait_for(browser, lambda: browser.execute_script(drawn, charts) == charts, "the charts")
+    bars = browser.execute_script("return document.querySelectorAll('#timing .bars .point path').length")
+    assert bars >= len(trace.records)
+    rows = browser.execute_script("return document.querySelectorAll('#requests tr').length")
+    assert rows == summarize(trace).num_requests + 1
+
+
+
+def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model_dir):
+    import app as dashboard
+    from selenium.webdriver.common.by import By
+
+    from viz.server import BackgroundServer
+
+    args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "256"])
+    app, llm, _ = dashboard.create_app(args)
+    with BackgroundServer(app) as server:
+        llm.wait_ready(120)
+        browser.get(server.url + "/")
+        wait_for(browser, lambda: (s := debug(browser)) and s["owner"] and s["connected"], "the page")
+        status = browser.find_element(By.ID, "bs-presenter-status")
+        toggle = browser.find_element(By.CSS_SELECTOR, "#bs-record input[type=checkbox]")
+        download = browser.find_element(By.ID, "bs-download")
+        assert not download.is_enabled()
+        toggle.click()
+        wait_for(browser, lambda: "Recording" in status.text, "the recording to start")
+        browser.find_element(By.ID, "bs-fire").click()
+        fire_status = browser.find_element(By.ID, "bs-fire-status")
+        fired = wait_for(browser, lambda: "Fired" in fire_status.text and fire_status.text, "the shot")
+        ids = fired.split(":", 1)[1].replace(" ", "").split(",")
+        wait_for(browser, lambda: all(state(browser, rid) == "finished" for rid in ids),
+                 "the shot to finish", timeout=120)
+        toggle.click()
+        wait_for(browser, lambda: "Recorded" in status.text and download.is_enabled(),
+                 "the download button")
+    name = next(word for word in status.text.split() if word.endswith(".jsonl.gz:"))[:-1]
+    [path] = Path(tempfile.gettempdir()).glob(f"batchscope-traces-*/{name}")
+    recorded = load_trace(path)
+    assert recorded.header["text"] == "own"
+    arrivals = {e["request_id"]: e for e in recorded.events if e["kind"] == "arrival"}
+    assert set(ids) <= set(arrivals) and all(arrivals[rid]["prompt"] for rid in ids)
+
+
+def state(driver, rid: str) -> str | None:
+    return driver.execute_script(
+        "const p = [...document.querySelectorAll('#bs-texts .bs-req')]"
+        ".find(e => e.dataset.rid === arguments[0]); return p ? p.dataset.state : null;", rid)
