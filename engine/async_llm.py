@@ -134,16 +134,22 @@ class AsyncLLM:
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
                     request_id: str | None = None) -> RequestStream:
         """Validate now (raising ValueError), queue for the next step, return its stream."""
-        if self.engine is None:
+        engine = self.engine
+        if engine is None or self.state != "ready":
             raise RuntimeError("the model is not loaded yet" if self.state == "loading"
                                else f"the engine is {self.state}")
-        request = self.engine.make_request(prompt, params, request_id)
+        request = engine.make_request(prompt, params, request_id)
+        prompt_text = None
+        if self._event_subscribers:  # decoded here, not on the engine thread
+            prompt_text = prompt if isinstance(prompt, str) else engine.detokenize(request.prompt_token_ids)
         stream = RequestStream(request)
         with self._cond:
+            if self.state != "ready":
+                raise RuntimeError(f"the engine is {self.state}")
             if request.request_id in self._streams:
                 raise ValueError(f"request_id {request.request_id!r} is already in use")
             self._streams[request.request_id] = stream
-            self._inbox.append(("add", request))
+            self._inbox.append(("add", (request, prompt_text)))
             self._cond.notify_all()
         return stream
 
@@ -220,49 +226,78 @@ class AsyncLLM:
 
     # ---- the engine thread ---------------------------------------------------------------
     def _run(self) -> None:
+        """The engine thread: load the model, then rounds of commands and one step each."""
+        if not self._load():
+            return
         try:
-            self.engine = LLMEngine(self.model, self.config)
-            self.state = "ready"
+            while self._round(self.engine):
+                pass
+        finally:
+            self._fail_streams("abort", "the engine stopped")
+
+    def _load(self) -> bool:
+        try:
+            engine = LLMEngine(self.model, self.config)
         except Exception as exc:
             log.exception("model load failed")
             self.load_error = f"{type(exc).__name__}: {exc}"
             self.state = "failed"
-            return
-        finally:
             self._ready.set()
-        engine = self.engine
-        while True:
-            with self._cond:
-                while not self._inbox and self.state != "stopped" and (
-                    not engine.has_unfinished or (self._paused and self._steps_allowed == 0)
-                ):
-                    self._cond.wait()
-                if self.state == "stopped":
-                    return
-                commands = list(self._inbox)
-                self._inbox.clear()
-                can_step = not self._paused or self._steps_allowed > 0
-            for command in commands:
-                self._apply(engine, command)
-            if engine.has_unreported_aborts and not engine.has_unfinished:
-                self._step(engine)  # an empty step whose record tells viewers about the aborts
-            if not can_step or not engine.has_unfinished:
-                continue
-            with self._cond:
-                if self._paused:
-                    self._steps_allowed -= 1
+            return False
+        with self._cond:
+            self.engine = engine
+            if self.state == "loading":
+                self.state = "ready"
+        self._ready.set()
+        return self.state == "ready"
+
+    def _idle(self, engine: LLMEngine) -> bool:
+        """Nothing to do until a command arrives (called under the lock)."""
+        if self._inbox or self.state == "stopped":
+            return False
+        if engine.has_unreported_aborts and not engine.has_unfinished:
+            return False  # one empty step will tell the viewers
+        return not engine.has_unfinished or (self._paused and self._steps_allowed == 0)
+
+    def _round(self, engine: LLMEngine) -> bool:
+        """Apply queued commands, then run one step if allowed. False once stopped."""
+        with self._cond:
+            while self._idle(engine):
+                self._cond.wait()
+            if self.state == "stopped":
+                return False
+            commands = list(self._inbox)
+            self._inbox.clear()
+        for command in commands:
+            self._apply_safely(engine, command)
+        with self._cond:
+            run = engine.has_unfinished and (not self._paused or self._steps_allowed > 0)
+            if run and self._paused:
+                self._steps_allowed -= 1
+        if run:
             started = time.perf_counter()
             self._step(engine)
             self._slow_motion(started)
+        elif engine.has_unreported_aborts and not engine.has_unfinished:
+            self._step(engine)  # an empty step: its record reports the aborts
+        return True
+
+    def _apply_safely(self, engine: LLMEngine, command: tuple) -> None:
+        try:
+            self._apply(engine, command)
+        except Exception as exc:  # a bad command must not end the engine thread
+            log.exception("engine command %r failed", command[0])
+            if command[0] == "add":
+                request_id = command[1][0].request_id
+                self._deliver([RequestDelta(request_id, [], "", True, "error", f"{type(exc).__name__}: {exc}")])
 
     def _apply(self, engine: LLMEngine, command: tuple) -> None:
         kind, arg = command
         if kind == "add":
-            engine.add(arg)
-            if self._event_subscribers:
-                prompt = engine.tokenizer.decode(arg.prompt_token_ids) if engine.tokenizer else None
-                self._emit(RequestEvent("arrival", arg.request_id, time.time(), prompt=prompt,
-                                        num_prompt_tokens=arg.num_prompt_tokens))
+            request, prompt_text = arg
+            engine.add(request)
+            self._emit(RequestEvent("arrival", request.request_id, time.time(), prompt=prompt_text,
+                                    num_prompt_tokens=request.num_prompt_tokens))
         elif kind == "abort":
             delta = engine.abort_request(arg)
             if delta is not None:
@@ -275,12 +310,9 @@ class AsyncLLM:
     def _step(self, engine: LLMEngine) -> None:
         try:
             result = engine.step()
-        except Exception:  # a scheduler bug: fail what is live, keep serving
+        except Exception as exc:  # a bug outside the forward pass: fail what is live, keep serving
             log.exception("engine step crashed")
-            deltas = [engine.abort_request(rid) for rid in list(engine.requests)]
-            for delta in deltas:
-                delta.finish_reason, delta.error = "error", "internal engine error"
-            self._deliver(deltas)
+            self._fail_streams("error", f"internal engine error: {type(exc).__name__}: {exc}", engine)
             return
         self._deliver(result.deltas)
         self.last_record = result.record
@@ -289,6 +321,15 @@ class AsyncLLM:
                 callback(result.record)
             except Exception:
                 log.exception("telemetry subscriber failed")
+
+    def _fail_streams(self, reason: str, message: str, engine: LLMEngine | None = None) -> None:
+        """End every open stream (freeing its request's blocks when the engine still runs)."""
+        with self._cond:
+            request_ids = list(self._streams)
+        for request_id in request_ids:
+            if engine is not None:
+                engine.abort_request(request_id, reason)
+        self._deliver([RequestDelta(rid, [], "", True, reason, message) for rid in request_ids])
 
     def _deliver(self, deltas: list[RequestDelta]) -> None:
         with self._cond:

@@ -43,7 +43,7 @@ class LLM:
                     f"sampling_params: got {len(params)} for {len(prompts)} prompts"
                 )
         # Validate everything first so a bad prompt never leaves half a batch queued.
-        requests = [self.engine.make_request(p, sp) for p, sp in zip(prompts, params)]
+        requests = [self.engine.make_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
         outputs = {r.request_id: _output(r) for r in requests}
         for request in requests:
             self.engine.add(request)

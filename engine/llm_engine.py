@@ -32,7 +32,7 @@ class StepResult:
 class _Pending:
     """What happened between two steps (aborts), reported in the next record."""
 
-    aborted: list[str] = field(default_factory=list)
+    aborted: list[Request] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
 
 
@@ -129,14 +129,18 @@ class LLMEngine:
         self.add(request)
         return request
 
-    def abort_request(self, request_id: str) -> RequestDelta | None:
+    def abort_request(self, request_id: str, reason: str = "abort") -> RequestDelta | None:
+        """End a request between steps (``reason`` "abort", or "error" when failing it)."""
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
-        self.scheduler.finish(request, "abort")
-        self._pending.aborted.append(request_id)
-        self._pending.finished[request_id] = "abort"
-        return RequestDelta(request_id, [], request.detokenizer.finish(), True, "abort")
+        self.scheduler.finish(request, reason)
+        self._pending.aborted.append(request)
+        self._pending.finished[request_id] = reason
+        return RequestDelta(request_id, [], request.detokenizer.finish(), True, reason)
+
+    def detokenize(self, token_ids: list[int]) -> str | None:
+        return self.tokenizer.decode(token_ids) if self.tokenizer is not None else None
 
     @property
     def has_unfinished(self) -> bool:
@@ -177,7 +181,7 @@ class LLMEngine:
     def _postprocess(self, sched: SchedulerOutput, tokens, error: str | None) -> list[RequestDelta]:
         deltas = []
         now = time.time()
-        for item, token in zip(sched.scheduled, tokens):
+        for item, token in zip(sched.scheduled, tokens, strict=True):
             request = item.request
             if error is not None:
                 request.error = error
@@ -232,7 +236,7 @@ class LLMEngine:
                 error: str | None) -> IterationRecord:
         segments, tables = layout
         sampled: dict[str, int] = {}
-        for segment, token in zip(segments, tokens):
+        for segment, token in zip(segments, tokens, strict=True):
             if token is not None:
                 segment.sampled = True
                 sampled[segment.request_id] = token
@@ -241,9 +245,9 @@ class LLMEngine:
             cu.append(cu[-1] + segment.num_rows)
         pending, self._pending = self._pending, _Pending()
         states = {rid: _state(r) for rid, r in self.requests.items()}
-        for item in sched.scheduled:
-            if item.request.is_finished:
-                states[item.request.request_id] = _state(item.request)
+        for request in pending.aborted + [item.request for item in sched.scheduled]:
+            if request.is_finished:
+                states[request.request_id] = _state(request)
         durations = timer.durations_ms(PHASES)
         t_end = time.time()
         durations["total"] = round((t_end - t_start) * 1e3, 4)
@@ -266,7 +270,7 @@ class LLMEngine:
             admitted=sched.admitted,
             preempted=sched.preempted,
             finished=pending.finished,
-            aborted=pending.aborted,
+            aborted=[r.request_id for r in pending.aborted],
             sampled=sampled,
             requests=states,
             num_waiting=len(self.scheduler.waiting),

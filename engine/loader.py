@@ -84,10 +84,12 @@ def _gguf_to_dir(gguf: Path) -> Path:
     if hf.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    if target.exists():  # another process finished first
-        shutil.rmtree(tmp)
-    else:
+    try:
         tmp.replace(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not (target / "model.safetensors").is_file():
+        raise ValueError(f"could not write the converted model to {target}")
     return target
 
 

@@ -113,6 +113,6 @@ class ModelRunner:
                 logits, [r.sampling_params for r in requests], [r.generator for r in requests]
             ) if sample_at else []
         tokens: list[int | None] = [None] * len(scheduled)
-        for i, token in zip(sample_at, sampled):
+        for i, token in zip(sample_at, sampled, strict=True):
             tokens[i] = token
         return tokens

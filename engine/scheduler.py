@@ -11,7 +11,7 @@ free). When a running request needs a block and the pool is empty, the newest ru
 request is preempted by recompute: its blocks are freed, it returns to the front of the
 waiting queue and later recomputes prompt + output so far, invisibly to its caller.
 ``policy="prefill_first"`` is the separated schedule the seed article warns about: a step
-holds only prefills while any are pending and only decodes otherwise, so running decodes
+holds only prefills while any can be scheduled and only decodes otherwise, so running decodes
 stall whenever a prompt arrives.
 """
 from __future__ import annotations
@@ -41,10 +41,6 @@ class SchedulerOutput:
     scheduled: list[ScheduledRequest] = field(default_factory=list)
     admitted: dict[str, int] = field(default_factory=dict)  # request id -> prefix hit tokens
     preempted: list[str] = field(default_factory=list)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
 
 
 class Scheduler:

@@ -23,9 +23,11 @@ Schema (version 1), as produced by ``IterationRecord.to_dict()``:
 - ``cu_seqlens_q``: ``[0, r0, r0+r1, ...]``; ``seq_lens_k``: per segment ``num_keys``
 - ``block_tables``: ``{request_id: [physical block ids in logical order]}`` of scheduled requests
 - ``kv``: ``{"num_blocks", "block_size", "num_free", "num_cached", "ref_counts": [per block],
-  "owners": [per block: request_id of the first owner or None], "cached": [block ids holding a
-  prefix-cache hash]}``. A block is free when its ref count is 0 (it may still be cached).
-- ``admitted``: ``{request_id: prefix-cache hit tokens}``; ``preempted``: [request_id];
+  "owners": [per block: the request that allocated or revived it, None while free], "cached":
+  [block ids holding a prefix-cache hash]}``. A block is free when its ref count is 0 (it may
+  still be cached).
+- ``admitted``: ``{request_id: prefix-cache hit tokens}`` (a request resumed after preemption
+  often hits its own freed blocks); ``preempted``: [request_id];
   ``finished``: ``{request_id: finish_reason}``; ``aborted``: [request_id]
 - ``sampled``: ``{request_id: token_id}``
 - ``requests``: live and just-finished requests, ``{request_id: {"status", "num_prompt_tokens",
@@ -146,23 +148,31 @@ def validate_record(data: dict) -> None:
         raise ValueError(
             f"record: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}"
         )
-    expected = {f: t for f, t in IterationRecord.__annotations__.items()}
-    missing = [name for name in expected if name not in data]
+    missing = [name for name in IterationRecord.__annotations__ if name not in data]
     if missing:
         raise ValueError(f"record: missing field(s) {missing}")
     if set(data["durations_ms"]) != set(PHASES) | {"total"}:
         raise ValueError(f"record.durations_ms: expected keys {PHASES + ('total',)}")
-    rows = 0
+    cu = [0]
     for i, seg in enumerate(data["segments"]):
         if seg.get("kind") not in SEGMENT_KINDS:
             raise ValueError(f"record.segments[{i}].kind: {seg.get('kind')!r} not in {SEGMENT_KINDS}")
-        if seg["row_start"] != rows:
-            raise ValueError(f"record.segments[{i}].row_start: {seg['row_start']} != {rows}")
-        rows += seg["num_rows"]
-    if rows != data["num_rows"]:
-        raise ValueError(f"record.num_rows: {data['num_rows']} != sum of segment rows {rows}")
-    if data["cu_seqlens_q"][-1:] != [rows] and data["segments"]:
-        raise ValueError("record.cu_seqlens_q: last entry must equal num_rows")
+        if seg["row_start"] != cu[-1]:
+            raise ValueError(f"record.segments[{i}].row_start: {seg['row_start']} != {cu[-1]}")
+        if seg["num_keys"] != seg["num_cached"] + seg["num_rows"]:
+            raise ValueError(f"record.segments[{i}].num_keys: must be num_cached + num_rows")
+        cu.append(cu[-1] + seg["num_rows"])
+    if cu[-1] != data["num_rows"]:
+        raise ValueError(f"record.num_rows: {data['num_rows']} != sum of segment rows {cu[-1]}")
+    if data["cu_seqlens_q"] != cu:
+        raise ValueError(f"record.cu_seqlens_q: {data['cu_seqlens_q']} != {cu}")
+    if data["seq_lens_k"] != [seg["num_keys"] for seg in data["segments"]]:
+        raise ValueError("record.seq_lens_k: must list each segment's num_keys")
+    kv = data["kv"]
+    if len(kv["ref_counts"]) != kv["num_blocks"] or len(kv["owners"]) != kv["num_blocks"]:
+        raise ValueError("record.kv: ref_counts and owners need one entry per block")
+    if kv["num_free"] != kv["ref_counts"].count(0):
+        raise ValueError("record.kv.num_free: must count the blocks with ref count 0")
     for rid, state in data["requests"].items():
         if state.get("status") not in REQUEST_STATES:
             raise ValueError(f"record.requests[{rid}].status: {state.get('status')!r}")

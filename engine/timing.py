@@ -1,8 +1,9 @@
 """PhaseTimer: per-phase durations of one step, without adding synchronisation.
 
 On CPU each phase is timed with ``perf_counter``. On CUDA a phase records a pair of events;
-they are read in ``durations_ms`` after the step's sampler has already synchronised (it
-copies the sampled tokens to the host), so timing costs no extra stall.
+they are read in ``durations_ms``, normally after the step's sampler has already synchronised
+(it copies the sampled tokens to the host), so timing costs no extra stall. Only a step of
+prefill chunks alone samples nothing; reading its events then waits for its forward pass.
 """
 from __future__ import annotations
 
@@ -34,6 +35,6 @@ class PhaseTimer:
     def durations_ms(self, phases: tuple[str, ...]) -> dict[str, float]:
         out = {name: round(self._cpu.get(name, 0.0), 4) for name in phases}
         for name, (start, end) in self._events.items():
-            end.synchronize()  # already reached: the sampler's host copy synchronised the stream
+            end.synchronize()  # normally already reached (see the module note)
             out[name] = round(start.elapsed_time(end), 4)
         return out

@@ -97,3 +97,38 @@ def test_validation_errors_raise_in_the_caller(llm):
         llm.reconfigure(block_size=3)
     with pytest.raises(ValueError, match="policy"):
         llm.reconfigure(policy="nope")
+
+
+def test_a_crash_outside_the_forward_pass_fails_live_requests_and_serving_goes_on(llm, monkeypatch):
+    records = []
+    unsubscribe = llm.subscribe(lambda r: records.append(r))
+    original = llm.engine._postprocess
+    calls = {"n": 0}
+
+    def broken_once(*args):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyError("bug")
+        return original(*args)
+
+    monkeypatch.setattr(llm.engine, "_postprocess", broken_once)
+    failed = llm.add_request([5, 6, 7], SamplingParams(max_tokens=3)).collect()
+    assert failed.finish_reason == "error" and "internal engine error" in failed.error
+    ok = llm.add_request([5, 6, 7], SamplingParams(max_tokens=3, ignore_eos=True)).collect()
+    assert ok.finish_reason == "length"
+    unsubscribe()
+    reported = {rid: state.status for r in records for rid, state in r.requests.items()}
+    assert reported[failed.request_id] == "finished"  # the failed request's end is in a record
+    assert llm.engine.block_manager.num_free == llm.config.num_kv_blocks
+
+
+def test_shutdown_ends_open_streams_and_refuses_new_requests(tiny_model_dir):
+    front = AsyncLLM(tiny_model_dir, num_kv_blocks=64)
+    front.wait_ready(60)
+    front.pause()
+    stream = front.add_request([5, 6], SamplingParams(max_tokens=5))
+    front.shutdown()
+    out = stream.collect()
+    assert out.finish_reason == "abort" and out.error == "the engine stopped"
+    with pytest.raises(RuntimeError, match="stopped"):
+        front.add_request([5, 6])
