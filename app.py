@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import gradio as gr
@@ -26,6 +27,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from viz.hub import TelemetryHub
+from viz.presenter import PresenterAccess
 from viz.presets import load_presets
 from viz.privacy import new_secret
 from viz.recording import Recorder
@@ -79,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shared-view", action="store_true",
                         help="show every visitor the text of all requests (workshops); by "
                              "default a visitor sees only the text of their own requests")
+    parser.add_argument("--presenter-key", metavar="KEY",
+                        help="presenter controls (pause, slow motion, policy, budget: they act "
+                             "on everyone) work only for visitors who enter KEY; without it "
+                             "they are open, or hidden on a Hugging Face Space")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--block-size", type=int, help="tokens per KV block (default: 16, or "
                         "256 with flash-attn)")
@@ -122,22 +128,24 @@ def engine_config(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in ENGINE_OPTIONS if getattr(args, name) is not None}
 
 
-def install_extensions(app: FastAPI, llm: AsyncLLM, hub: TelemetryHub,
-                       args: argparse.Namespace) -> None:
-    """Extra routes and producers, installed before Gradio takes "/" (later routes would be
-    shadowed by it). Extension points, wired here as they land:
+def hub_lifespan(hub: TelemetryHub, *closers: Callable[[], None]):
+    """A FastAPI lifespan that runs the hub's frame pump, then calls ``closers`` in order."""
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+            for close in closers:
+                close()
 
-    - the OpenAI-compatible API: ``serve.install_api(app, llm)``;
-    - trace record/replay (--record / --replay): a recorder subscribed to ``llm`` next to the
-      hub, and a player publishing into ``hub.publish_record`` / ``hub.publish_event``.
-    """
-    from serve import install_api, limits_from_arguments
-
-    install_api(app, llm, limits_from_arguments(args))
+    return lifespan
 
 
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
+    from serve import install_api, limits_from_arguments
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
@@ -146,20 +154,11 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     if args.record:
         recorder.record_run(args.record)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        hub.start()
-        try:
-            yield
-        finally:
-            await hub.stop()
-            recorder.close()
-            llm.shutdown()
-
-    app = FastAPI(title="Batchscope", lifespan=lifespan)
+    app = FastAPI(title="Batchscope", lifespan=hub_lifespan(hub, recorder.close, llm.shutdown))
     install_routes(app, hub)
-    install_extensions(app, llm, hub, args)
-    blocks = build_ui(llm, hub, load_presets(), new_secret(), recorder)
+    install_api(app, llm, limits_from_arguments(args))  # before Gradio takes "/" and shadows it
+    access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
+    blocks = build_ui(llm, hub, load_presets(), new_secret(), recorder, access)
     gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
                         footer_links=[])
     return app, llm, hub
@@ -171,17 +170,7 @@ def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, HubReplay, Tel
     hub = TelemetryHub()
     replay = HubReplay(trace, hub, Path(args.replay).name)
     replay.player.seek(0)  # the first iteration is on screen, paused, when the page opens
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        hub.start()
-        try:
-            yield
-        finally:
-            await hub.stop()
-            replay.close()
-
-    app = FastAPI(title="Batchscope replay", lifespan=lifespan)
+    app = FastAPI(title="Batchscope replay", lifespan=hub_lifespan(hub, replay.close))
     install_routes(app, hub)
     install_replay_routes(app, replay.player)
     gr.mount_gradio_app(app, build_replay_ui(replay), path="/", head=REPLAY_HEAD,

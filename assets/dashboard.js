@@ -200,7 +200,7 @@
       state.seen.layout.add(s.request_id);
       data.push({
         type: "bar", orientation: "h", x: [s.num_rows], base: [s.row_start], y: ["rows"],
-        xaxis: "x", yaxis: "y", width: 0.9, name: s.request_id,
+        xaxis: "x", yaxis: "y", width: 0.9, name: esc(s.request_id),
         text: [`${esc(s.request_id)} ${isPrefill(s) ? "prefill" : "decode"} ${s.num_rows}`],
         textposition: "inside", insidetextanchor: "middle", textangle: 0,
         textfont: { color: "#0b0e14", size: 13 },
@@ -219,7 +219,7 @@
         const key = `${s.request_id}|${isPrefill(s)}`;
         if (!traces.has(key)) {
           traces.set(key, { type: "bar", x: [], y: [], base: [], customdata: [], xaxis: "x2",
-            yaxis: "y2", name: s.request_id, width: 0.8,
+            yaxis: "y2", name: esc(s.request_id), width: 0.8,
             marker: segmentMarker(s, 0.5),
             hovertemplate: `${esc(s.request_id)}<br>step %{x} · %{customdata}<extra></extra>` });
         }
@@ -429,12 +429,15 @@
       y: history.map((r) => r.padded_rows), xaxis: "x2", yaxis: "y2",
       line: { color: "#ff6b6b", dash: "dot", width: 1.5 }, marker: { size: 4 },
       hovertemplate: "step %{x} · a padded batch: %{y} rows<extra></extra>" });
+    // Over the last 10 records; steps the hub dropped (gaps in step numbers) count as
+    // sampling as many tokens as the records received, so drops do not lower the curve.
     const throughput = history.map((r, i) => {
       const first = history[Math.max(0, i - 9)];
       const span = r.t_end - first.t_start;
-      const generated = history.slice(Math.max(0, i - 9), i + 1)
-        .reduce((a, x) => a + Object.keys(x.sampled).length, 0);
-      return span > 0 ? generated / span : 0;
+      const window = history.slice(Math.max(0, i - 9), i + 1);
+      const generated = window.reduce((a, x) => a + Object.keys(x.sampled).length, 0);
+      const steps = r.step - first.step + 1;
+      return span > 0 ? generated * (steps / window.length) / span : 0;
     });
     data.push({ type: "scatter", mode: "lines", name: "tok/s", x: steps, y: throughput,
       xaxis: "x2", yaxis: "y3", line: { color: "#edc948", width: 2 },

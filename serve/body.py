@@ -17,25 +17,27 @@ async def read_body(request: Request, model: type[B], max_bytes: int) -> B:
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise bad_request(f"the request body is not valid UTF-8 (byte {exc.start})", code="invalid_json")
+        raise bad_request(f"the request body is not valid UTF-8 (byte {exc.start})",
+                          code="invalid_json") from None
     except json.JSONDecodeError as exc:
         raise bad_request(f"the request body is not valid JSON: {exc.msg} (line {exc.lineno}, "
-                          f"column {exc.colno})", code="invalid_json")
+                          f"column {exc.colno})", code="invalid_json") from None
     except RecursionError:
-        raise bad_request("the request body is nested too deeply", code="invalid_json")
+        raise bad_request("the request body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("the request body must be a JSON object", code="invalid_json")
     try:  # "\ud800" is valid JSON but not valid Unicode; tokenizers cannot take it
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise bad_request("the request body contains an unpaired UTF-16 surrogate escape",
-                          code="invalid_json")
+                          code="invalid_json") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise bad_request(f"{where}: {first['msg']}", param=str(first["loc"][0]) if first["loc"] else None)
+        param = str(first["loc"][0]) if first["loc"] else None
+        raise bad_request(f"{where}: {first['msg']}", param=param) from None
 
 
 async def _read_bytes(request: Request, max_bytes: int) -> bytes:

@@ -93,9 +93,11 @@ class OpenAIApi:
         request_id = f"{endpoint.id_prefix}-{next(_request_numbers)}"
         try:
             stream = self.llm.add_request(prompt_ids, params, request_id=request_id)
-        except ValueError as exc:  # prompt + max_tokens could never fit the KV pool
+        except BaseException as exc:  # e.g. RuntimeError: the engine stopped meanwhile
             ticket.release()
-            raise bad_request(str(exc), param="max_tokens")
+            if isinstance(exc, ValueError):  # prompt + max_tokens could never fit the KV pool
+                raise bad_request(str(exc), param="max_tokens") from None
+            raise
         call = ApiCall(self.llm, stream, ticket)
         reply = Reply(endpoint, request_id, engine.model_name, body.include_usage)
         if body.stream:
@@ -123,14 +125,14 @@ class OpenAIApi:
                                   top_k=body.top_k, min_p=body.min_p, seed=body.seed,
                                   stop=body.stop or [])
         except ValueError as exc:
-            raise bad_request(str(exc), param=_leading_word(str(exc)))
+            raise bad_request(str(exc), param=_leading_word(str(exc))) from None
 
     # ---- prompts (run in a worker thread: tokenizing a long prompt takes a while) -----------
     def _tokenize(self, engine: LLMEngine, prompt: str | list[int], param: str) -> list[int]:
         try:
             token_ids = engine.tokenize(prompt)
         except ValueError as exc:
-            raise bad_request(str(exc), param=param)
+            raise bad_request(str(exc), param=param) from None
         if len(token_ids) > self.limits.max_prompt_tokens:
             raise bad_request(f"{param}: {len(token_ids)} tokens, over this server's limit of "
                               f"{self.limits.max_prompt_tokens}", param=param,
@@ -147,7 +149,7 @@ class OpenAIApi:
                                                  tokenize=False, add_generation_prompt=True)
         except TemplateError as exc:
             raise bad_request(f"messages: the model's chat template rejected them: {exc}",
-                              param="messages")
+                              param="messages") from None
         return self._tokenize(engine, text, "messages")
 
     # ---- model and state -----------------------------------------------------------------

@@ -135,3 +135,18 @@ def test_a_failed_step_fails_only_its_requests_and_the_next_ones_succeed(url, ll
     assert sample["batchscope_step_errors_total"] == 2
     assert sample['batchscope_requests_finished_total{finish_reason="error"}'] == errors_before + 3
     assert_idle(url, llm)
+
+
+def test_a_request_the_engine_refuses_gives_back_its_admission(llm, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    def stopped(*args, **kwargs):
+        raise RuntimeError("the engine is stopped")
+
+    app = FastAPI()
+    install_api(app, llm, ApiLimits(max_concurrent_per_client=1, max_waiting=1))
+    monkeypatch.setattr(llm, "add_request", stopped)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for _ in range(3):  # a leaked slot would turn the second into a 429
+            response = client.post(COMPLETIONS, json={"prompt": "a", "max_tokens": 2})
+            assert response.status_code == 500

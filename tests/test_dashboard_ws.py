@@ -112,7 +112,7 @@ def test_cli_documents_every_flag_and_honours_the_environment(monkeypatch):
     help_text = dashboard.build_parser().format_help()
     for flag in ("--model", "--host", "--port", "--block-size", "--num-kv-blocks",
                  "--max-num-batched-tokens", "--policy", "--chunked-prefill", "--prefix-caching",
-                 "--shared-view"):
+                 "--shared-view", "--presenter-key"):
         assert flag in help_text
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)

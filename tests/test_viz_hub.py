@@ -3,6 +3,7 @@ outboxes that drop the oldest frame, resync snapshots and per-visitor privacy.""
 import asyncio
 import json
 
+from viz import hub as hub_module
 from viz.hub import TelemetryHub
 from viz.privacy import HIDDEN_TOKEN, PUBLIC
 
@@ -86,6 +87,7 @@ def test_frames_are_coalesced_per_tick_and_capped():
     hub.tick()  # nothing new: no frame
     [frame] = drain(viewer)
     assert [r["step"] for r in frame["records"]] == [6, 7, 8, 9]
+    assert frame["records_dropped"] == 6
 
 
 def test_a_slow_viewer_drops_its_oldest_frames_then_resyncs():
@@ -150,3 +152,44 @@ def test_wait_for_status_follows_records():
     assert not hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
     hub.publish_record(record(0))
     assert hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
+
+
+def test_shared_view_marks_each_viewers_own_requests():
+    hub = TelemetryHub(shared_view=True)
+    alice, bob = connected(hub, "token-a"), connected(hub, "token-b")
+    for viewer in (alice, bob):
+        drain(viewer)
+    hub.claim("a1", "token-a")
+    hub.publish_event(delta("a1", "hi"))
+    hub.tick()
+    [(a_event,)], [(b_event,)] = ([f["events"] for f in drain(v)] for v in (alice, bob))
+    assert a_event["mine"] and not b_event["mine"]
+    assert a_event["text"] == b_event["text"] == "hi"  # shared: everyone reads it
+
+
+def test_viewers_owning_no_request_share_the_anonymous_frame():
+    hub = TelemetryHub()
+    owner = connected(hub, "token-a")
+    strangers = [connected(hub, f"made-up-{i}") for i in range(3)] + [connected(hub, None)]
+    for viewer in (owner, *strangers):
+        drain(viewer)
+    hub.claim("a1", "token-a")
+    hub.publish_event(delta("a1", "secret"))
+    hub.publish_record(record(0, "a1", token=99))
+    hub.tick()
+    frames = [v._outbox[0] for v in strangers]
+    assert all(frame is frames[0] for frame in frames)  # serialised once for all of them
+    assert owner._outbox[0] is not frames[0] and "secret" in owner._outbox[0]
+    assert json.loads(frames[0])["records"][0]["sampled"] == {"a1": HIDDEN_TOKEN}
+
+
+def test_finished_statuses_are_pruned_to_a_recent_few(monkeypatch):
+    monkeypatch.setattr(hub_module, "RECENT_FINISHED", 3)
+    hub = TelemetryHub()
+    for step in range(10):
+        finished = record(step, f"q{step}")
+        finished["requests"][f"q{step}"]["status"] = "finished"
+        hub.publish_record(finished)
+    hub.publish_record(record(10, "live"))
+    assert set(hub._statuses) == {"q7", "q8", "q9", "live"}
+    assert hub.wait_for_status(["q9"], {"finished"}, timeout=0.01)

@@ -1,8 +1,13 @@
-"""Presets and the requests one Fire click plans (tokenizer only, no engine)."""
+"""Presets, the requests one Fire click plans and their submission (no engine)."""
+import json
+
 import pytest
 
-from viz.firing import Knobs, plan_shot
+from engine import SamplingParams
+from viz.firing import Knobs, PlannedRequest, _exact_tokens, _submit, plan_shot
+from viz.hub import TelemetryHub
 from viz.presets import load_presets
+from viz.privacy import Audience
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +56,28 @@ def test_typed_prompt_replaces_the_presets_and_keeps_spacing(library, tokenizer)
     assert len(planned) == 3 and all(p.label == "<b>hi</b>" for p in planned)
     assert [p.delay_s for p in planned] == [0.0, 0.25, 0.5]
     assert all("<b>hi</b>" in p.prompt and p.params.max_tokens == 5 for p in planned)
+
+
+class BosTokenizer:
+    """Encodes each character as its code point, led by BOS (1) unless told otherwise."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [1] * add_special_tokens + [ord(c) for c in text]
+
+
+def test_exact_token_prompts_have_one_bos():
+    ids = _exact_tokens("abc", 20, BosTokenizer(), "n1")
+    assert len(ids) == 20 and ids.count(1) == 1 and ids[0] == 1
+
+
+def test_a_request_that_cannot_be_submitted_is_finished_with_its_error():
+    class StoppedLLM:
+        def add_request(self, prompt, params, request_id):
+            raise RuntimeError("the engine is stopped")
+
+    hub = TelemetryHub()
+    planned = [PlannedRequest("x1", [5, 6], "label", SamplingParams(max_tokens=2), 0.0)]
+    _submit(StoppedLLM(), hub, planned, "token-a")
+    [entry] = json.loads(hub.snapshot(Audience("token-a")))["requests"]
+    assert entry["finished"] and entry["finish_reason"] == "error" and entry["mine"]
+    assert entry["error"] == "the engine is stopped"

@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import html
 import importlib.util
+import itertools
 import json
 import statistics
 import sys
@@ -46,7 +47,7 @@ class RequestTimeline:
 
     @property
     def mean_itl_ms(self) -> float | None:
-        gaps = [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(self.token_times)]
         return statistics.fmean(gaps) * 1e3 if gaps else None
 
 

@@ -1,9 +1,9 @@
 """Firing: turn a preset (or a typed prompt) into timed requests and submit them.
 
-``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` validates them
-all at once (so a bad prompt fails the click, not a background thread), claims their ids for
-the visitor in the hub, and submits them from a background thread that keeps the arrival
-pattern (spacing, or "after the earlier ones are decoding").
+``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` tokenizes and
+validates them all at once (so a bad prompt fails the click, not a background thread), and
+submits their token ids from a background thread that keeps the arrival pattern (spacing, or
+"after the earlier ones are decoding"), claiming each id for the visitor in the hub first.
 """
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import AsyncLLM, SamplingParams
+from engine.telemetry import RequestEvent
 
 from .hub import TelemetryHub
 from .presets import Preset, PresetLibrary, RequestSpec
@@ -71,12 +72,19 @@ def fire(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
     if llm.state != "ready":
         raise RuntimeError("the model is still loading" if llm.state == "loading"
                            else f"the engine is {llm.state}: {llm.load_error}")
-    for item in planned:
-        llm.engine.make_request(item.prompt, item.params, item.request_id)
-    thread = threading.Thread(target=_submit, args=(llm, hub, planned, owner),
+    tokenized = [_tokenized(llm.engine, item) for item in planned]
+    thread = threading.Thread(target=_submit, args=(llm, hub, tokenized, owner),
                               name="batchscope-fire", daemon=True)
     thread.start()
     return [item.request_id for item in planned]
+
+
+def _tokenized(engine, item: PlannedRequest) -> PlannedRequest:
+    """``item`` with its prompt as token ids, checked as the engine will check it (ValueError)."""
+    item.params.validate()
+    token_ids = engine.tokenize(item.prompt)
+    engine.check_fits(len(token_ids), item.params)
+    return replace(item, prompt=token_ids)
 
 
 def _submit(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
@@ -91,8 +99,10 @@ def _submit(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
         hub.claim(item.request_id, owner, item.label)
         try:
             llm.add_request(item.prompt, item.params, item.request_id)
-        except (ValueError, RuntimeError):
+        except Exception as exc:  # e.g. the engine stopped: finish the claimed entry
             log.exception("could not submit %s", item.request_id)
+            hub.publish_event(RequestEvent("delta", item.request_id, time.time(), finished=True,
+                                           finish_reason="error", error=str(exc)).to_dict())
             continue
         submitted.append(item.request_id)
 
@@ -116,6 +126,6 @@ def _exact_tokens(text: str, num_tokens: int, tokenizer, nonce: str) -> list[int
     if tokenizer is None:
         raise ValueError("this preset needs a model with a tokenizer")
     ids = tokenizer.encode(f"[{nonce}] {text}")
-    while len(ids) < num_tokens:
-        ids += tokenizer.encode(" " + text)
+    while len(ids) < num_tokens:  # continuations: no second BOS in the middle
+        ids += tokenizer.encode(" " + text, add_special_tokens=False)
     return ids[:num_tokens]

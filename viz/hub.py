@@ -13,11 +13,14 @@ Messages (JSON text) sent to a viewer on /ws/telemetry:
   dropped frames. ``requests`` are RequestBook entries (with ``mine`` and ``visible`` instead of
   the owner); ``records`` the most recent IterationRecord dicts.
 - ``{"type": "frame", "seq": int, "status": {...}, "records": [record...],
-  "events": [event...]}``: what happened since the previous frame. Records are
-  ``IterationRecord.to_dict()`` (engine/telemetry.py), in step order; events are RequestEvent
+  "records_dropped": int, "events": [event...]}``: what happened since the previous frame.
+  Records are ``IterationRecord.to_dict()`` (engine/telemetry.py), in step order, at most
+  ``max_records_per_frame`` of the latest; ``records_dropped`` counts the older ones of the
+  tick left out (their steps are missing from the sequence). Events are RequestEvent
   dicts plus ``color``, ``label``, ``offset``/``token_offset`` (deltas: where their text and
   tokens start in the output), ``mine`` and ``visible``. Text of requests the viewer may not
-  read is removed (privacy.py).
+  read is removed (privacy.py). Viewers that would get the same bytes share one serialisation,
+  and each record's bulk (all but ``sampled``) is serialised once per tick for all of them.
 - ``status``: ``{"source": "live" | "replay" | ..., "state", "model", "load_seconds",
   "load_error", "paused", "shared_view", "viewers"}``; ``load_seconds`` while loading.
 """
@@ -33,7 +36,7 @@ from dataclasses import fields, is_dataclass
 from typing import TYPE_CHECKING
 
 from .book import RequestBook
-from .privacy import Audience
+from .privacy import PUBLIC, Audience
 from .viewer import Viewer
 
 if TYPE_CHECKING:  # a replay runs without the engine (and torch)
@@ -41,6 +44,7 @@ if TYPE_CHECKING:  # a replay runs without the engine (and torch)
 
 StatusProvider = Callable[[], dict]
 MAX_PENDING_EVENTS = 8192
+RECENT_FINISHED = 1024  # finished requests whose status ``wait_for_status`` still knows
 
 
 class TelemetryHub:
@@ -55,7 +59,9 @@ class TelemetryHub:
         self._pending_records: deque[dict] = deque(maxlen=max_records_per_frame)
         self._pending_events: deque[dict] = deque(maxlen=MAX_PENDING_EVENTS)
         self._events_lost = False
+        self._records_dropped = 0
         self._statuses: dict[str, str] = {}  # request id -> latest status seen in a record
+        self._finished: deque[str] = deque()  # the finished ids in _statuses, oldest first
         self._history: deque[dict] = deque(maxlen=history)
         self._reset_pending = False
         self._viewers: list[Viewer] = []
@@ -92,9 +98,20 @@ class TelemetryHub:
         statuses = {rid: state["status"] if isinstance(state, dict) else state.status
                     for rid, state in requests.items()}
         with self._cond:
+            if len(self._pending_records) == self.max_records_per_frame:
+                self._records_dropped += 1  # the deque drops its oldest
             self._pending_records.append(record)
-            self._statuses.update(statuses)
+            self._update_statuses(statuses)
             self._cond.notify_all()
+
+    def _update_statuses(self, statuses: dict[str, str]) -> None:
+        """Keep every live request's status but only the ``RECENT_FINISHED`` latest finished."""
+        for rid, status in statuses.items():
+            if status == "finished" and self._statuses.get(rid) != "finished":
+                self._finished.append(rid)
+            self._statuses[rid] = status
+        while len(self._finished) > RECENT_FINISHED:
+            self._statuses.pop(self._finished.popleft(), None)
 
     def publish_event(self, event: dict) -> None:
         """One RequestEvent dict (arrival or delta), as from ``RequestEvent.to_dict()``."""
@@ -120,7 +137,9 @@ class TelemetryHub:
         with self._cond:
             self._book.clear()
             self._statuses.clear()
+            self._finished.clear()
             self._pending_records.clear()
+            self._records_dropped = 0
             self._pending_events.clear()
             self._reset_pending = True
             self._cond.notify_all()
@@ -137,7 +156,8 @@ class TelemetryHub:
     # ---- viewers (event-loop thread) -----------------------------------------------------
     def connect(self, owner: str | None) -> Viewer:
         self.start()
-        viewer = Viewer(Audience(owner or None, self.shared_view), capacity=self.outbox_frames)
+        owner = owner if owner and owner != PUBLIC else None
+        viewer = Viewer(Audience(owner, self.shared_view), capacity=self.outbox_frames)
         self._viewers.append(viewer)
         return viewer
 
@@ -153,12 +173,12 @@ class TelemetryHub:
         with self._cond:
             entries = [e.to_dict() for e in self._book.entries()]
             owners = {e["request_id"]: e["owner"] for e in entries}
-        return _dumps({
+        history = list(self._history)
+        return _message({
             "type": "snapshot",
             "status": self.status(),
             "requests": [audience.entry(e) for e in entries],
-            "records": [audience.record(r, owners) for r in self._history],
-        })
+        }, records=_records_json(_record_bodies(history), history, audience, owners))
 
     def status(self) -> dict:
         return {**self._status_provider(), "shared_view": self.shared_view,
@@ -179,6 +199,7 @@ class TelemetryHub:
             self._pending_events.clear()
             owners = {e.request_id: e.owner for e in self._book.entries()}
             reset, self._reset_pending = self._reset_pending, False
+            dropped, self._records_dropped = self._records_dropped, 0
             lost, self._events_lost = self._events_lost, False
         records = [_shallow(r) for r in records]
         if reset:
@@ -194,18 +215,20 @@ class TelemetryHub:
         self._last_status = now
         self._seq += 1
         status = self.status()
-        frames: dict[str | None, str] = {}
+        bodies = _record_bodies(records) if self._viewers else []
+        in_view = set(owners.values()) | {e.get("owner") for e in events}
+        frames: dict[Audience, str] = {}
         for viewer in self._viewers:
-            audience = viewer.audience
-            if audience.key not in frames:
-                frames[audience.key] = _dumps({
+            audience = viewer.audience.among(in_view)
+            if audience not in frames:
+                frames[audience] = _message({
                     "type": "frame",
                     "seq": self._seq,
                     "status": status,
-                    "records": [audience.record(r, owners) for r in records],
+                    "records_dropped": dropped,
                     "events": [audience.event(e) for e in events],
-                })
-            viewer.push(frames[audience.key])
+                }, records=_records_json(bodies, records, audience, owners))
+            viewer.push(frames[audience])
 
     def start(self) -> None:
         """Start the frame pump on the running event loop (idempotent)."""
@@ -239,6 +262,25 @@ def _plain(obj) -> dict:
 
 def _dumps(message: dict) -> str:
     return json.dumps(message, default=_plain)
+
+
+def _message(fields: dict, **raw_json: str) -> str:
+    """``fields`` serialised, plus fields whose values are already JSON text."""
+    extra = "".join(f", {json.dumps(name)}: {text}" for name, text in raw_json.items())
+    return _dumps(fields)[:-1] + extra + "}"
+
+
+def _record_bodies(records: list[dict]) -> list[str]:
+    """Each record serialised once without ``sampled``, the only part that differs between
+    viewers, and without its closing brace (``_records_json`` completes it per audience)."""
+    return [_dumps({k: v for k, v in r.items() if k != "sampled"})[:-1] for r in records]
+
+
+def _records_json(bodies: list[str], records: list[dict], audience: Audience,
+                  owners: dict[str, str | None]) -> str:
+    views = [_dumps(audience.sampled(r.get("sampled") or {}, owners)) for r in records]
+    return "[" + ", ".join(f'{body}, "sampled": {view}}}'
+                           for body, view in zip(bodies, views, strict=True)) + "]"
 
 
 def _engine_status(llm, started: float) -> dict:

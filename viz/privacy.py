@@ -3,8 +3,11 @@
 A visitor is identified by an owner token derived from their Gradio session; the page passes
 it in the websocket URL. A viewer reads the prompt and generated text of its own requests only
 (and of ``PUBLIC`` ones, e.g. a replayed trace); other requests keep their ids, colours, lengths
-and states but lose every token. ``shared`` (the --shared-view flag, for workshops) shows all.
-Owner tokens themselves never leave the server: a viewer learns only ``mine``.
+and states but lose every token. ``shared`` (the --shared-view flag, for workshops) shows all
+text; ``mine`` still marks each viewer's own requests. Owner tokens themselves never leave the
+server: a viewer learns only ``mine``. Prefix-cache hits (a record's ``admitted`` and
+``kv.cached``) are visible to every viewer: they show that another request shared a prompt
+prefix, which is what prefix caching is, but never its tokens.
 """
 from __future__ import annotations
 
@@ -31,10 +34,10 @@ class Audience:
     owner: str | None
     shared: bool = False
 
-    @property
-    def key(self) -> str | None:
-        """Viewers with the same key receive the same bytes."""
-        return PUBLIC if self.shared else self.owner
+    def among(self, owners: set[str | None]) -> Audience:
+        """This audience, or the anonymous one when it owns none of ``owners`` (the requests in
+        view): both then see the same bytes, so viewers with made-up tokens share one frame."""
+        return self if self.owner in owners else Audience(None, self.shared)
 
     def can_read(self, owner: str | None) -> bool:
         return self.shared or owner == PUBLIC or (owner is not None and owner == self.owner)
@@ -54,11 +57,7 @@ class Audience:
             out.update(redacted)
         return out
 
-    def record(self, record: dict, owners: dict[str, str | None]) -> dict:
-        """The record with sampled token ids of unreadable requests hidden."""
-        sampled = record.get("sampled") or {}
-        if all(self.can_read(owners.get(rid)) for rid in sampled):
-            return record
-        hidden = {rid: tok if self.can_read(owners.get(rid)) else HIDDEN_TOKEN
-                  for rid, tok in sampled.items()}
-        return {**record, "sampled": hidden}
+    def sampled(self, sampled: dict[str, int], owners: dict[str, str | None]) -> dict[str, int]:
+        """A record's ``sampled`` map (its only per-viewer part), unreadable token ids hidden."""
+        return {rid: tok if self.can_read(owners.get(rid)) else HIDDEN_TOKEN
+                for rid, tok in sampled.items()}

@@ -9,12 +9,14 @@ This module imports the engine only inside ``build_ui``: a replay runs without t
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from .captions import VIEWS
 from .hub import TelemetryHub
+from .presenter import PresenterAccess
 from .presets import PresetLibrary
 from .privacy import owner_token
 from .recording import Recorder
@@ -25,10 +27,11 @@ if TYPE_CHECKING:
 
 FIRE_CONCURRENCY = 16  # several visitors may fire at once
 CONNECT_JS = "(owner) => { window.batchscope && window.batchscope.connect(owner); return []; }"
+KEY_NEEDED = "Enter the presenter key first · 请先输入演示密钥"
 
 
 def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: bytes,
-             recorder: Recorder) -> gr.Blocks:
+             recorder: Recorder, access: PresenterAccess) -> gr.Blocks:
     from engine.config import POLICIES
 
     from .firing import Knobs, fire, plan_shot
@@ -57,19 +60,22 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
                 fire_button = gr.Button("Fire · 发射", variant="primary", elem_id="bs-fire")
                 fire_status = gr.Markdown(elem_id="bs-fire-status")
                 with gr.Accordion("Presenter · 演示控制", open=True):
-                    with gr.Row():
-                        pause = gr.Button("⏸ Pause", size="sm", elem_id="bs-pause")
-                        step = gr.Button("⏭ Step", size="sm", elem_id="bs-step")
-                        resume = gr.Button("▶ Resume", size="sm", elem_id="bs-resume")
-                    slow = gr.Slider(0, 2000, value=0, step=50, elem_id="bs-slow",
-                                     label="Slow motion: min ms per step · 慢动作")
-                    policy = gr.Radio(list(POLICIES), value=config.policy,
-                                      label="Policy · 调度策略")
-                    budget = gr.Number(value=config.max_num_batched_tokens, precision=0,
-                                       minimum=1, label="Token budget · token 预算")
-                    chunked = gr.Checkbox(value=config.enable_chunked_prefill,
-                                          label="Chunked prefill · 分块预填充")
-                    apply = gr.Button("Apply · 应用", size="sm", elem_id="bs-apply")
+                    with gr.Column(visible=not access.hidden):
+                        key = gr.Textbox(type="password", visible=access.key is not None,
+                                         label="Presenter key · 演示密钥", elem_id="bs-key")
+                        with gr.Row():
+                            pause = gr.Button("⏸ Pause", size="sm", elem_id="bs-pause")
+                            step = gr.Button("⏭ Step", size="sm", elem_id="bs-step")
+                            resume = gr.Button("▶ Resume", size="sm", elem_id="bs-resume")
+                        slow = gr.Slider(0, 2000, value=0, step=50, elem_id="bs-slow",
+                                         label="Slow motion: min ms per step · 慢动作")
+                        policy = gr.Radio(list(POLICIES), value=config.policy,
+                                          label="Policy · 调度策略")
+                        budget = gr.Number(value=config.max_num_batched_tokens, precision=0,
+                                           minimum=1, label="Token budget · token 预算")
+                        chunked = gr.Checkbox(value=config.enable_chunked_prefill,
+                                              label="Chunked prefill · 分块预填充")
+                        apply = gr.Button("Apply · 应用", size="sm", elem_id="bs-apply")
                     with gr.Row():
                         record = gr.Checkbox(False, label="⏺ Record · 录制", elem_id="bs-record")
                         download = gr.DownloadButton("Download trace · 下载", size="sm",
@@ -98,6 +104,16 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
                 llm.pause()
             llm.step_once()
 
+        def keyed(handler):
+            """``handler`` run only for a visitor who entered the presenter key (the last input)."""
+            def run(*values):
+                *args, entered = values
+                if not access.allows(entered):
+                    gr.Warning(KEY_NEEDED)
+                    return KEY_NEEDED
+                return handler(*args)
+            return run
+
         def presenter(control):
             def run() -> str:
                 control()
@@ -115,7 +131,8 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
             except ValueError as exc:
                 gr.Warning(str(exc))
                 return f"Not applied: {exc}"
-            return (f"Next step · 下一步起: {new_policy}, budget {int(new_budget)}, "
+            return (f"Next step · 下一步起: {new_policy}, "
+                    f"budget {_effective_budget(llm, int(new_budget), bool(new_chunked))}, "
                     f"chunked {'on' if new_chunked else 'off'}")
 
         def on_record(on: bool, request: gr.Request):
@@ -137,9 +154,9 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
         fire_button.click(on_fire, [preset_box, prompt, count, max_tokens, temperature, spacing],
                           fire_status, concurrency_limit=FIRE_CONCURRENCY)
         for button, control in ((pause, llm.pause), (step, step_one), (resume, llm.resume)):
-            button.click(presenter(control), None, presenter_status)
-        slow.release(on_slow, slow, presenter_status)
-        apply.click(on_apply, [policy, budget, chunked], presenter_status)
+            button.click(keyed(presenter(control)), key, presenter_status)
+        slow.release(keyed(on_slow), [slow, key], presenter_status)
+        apply.click(keyed(on_apply), [policy, budget, chunked, key], presenter_status)
         record.input(on_record, record, [record, download, presenter_status])
         def on_load(request: gr.Request) -> str:
             return _owner(secret, request) or ""
@@ -193,6 +210,17 @@ def _trace_about(replay: HubReplay) -> str:
         f"{engine['num_kv_blocks']} KV blocks of {engine['block_size']} tokens.\n\n"
         "Space: play/pause · →: step · drag the scrubber to any iteration."
     )
+
+
+def _effective_budget(llm: AsyncLLM, budget: int, chunked: bool) -> int:
+    """The budget the engine will run with: without chunked prefill it raises it so a whole
+    prompt fits one step (the engine's own rule, applied to a copy of its config)."""
+    if llm.engine is None:  # max_model_len is known once the model is loaded
+        return budget
+    config = replace(llm.engine.config, max_num_batched_tokens=budget,
+                     enable_chunked_prefill=chunked)
+    config.ensure_whole_prompts_fit()
+    return config.max_num_batched_tokens
 
 
 def _owner(secret: bytes, request: gr.Request | None) -> str | None:

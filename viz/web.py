@@ -1,6 +1,7 @@
 """HTTP and websocket routes of the dashboard, installed on the FastAPI app before Gradio.
 
-- ``/ws/telemetry?owner=TOKEN``: the viewer stream (message format: hub.py).
+- ``/ws/telemetry?owner=TOKEN``: the viewer stream (message format: hub.py); a token that owns
+  no request is served the anonymous viewers' frames.
 - ``/plotly.min.js``: plotly.js from the installed plotly wheel (never a CDN).
 - ``/batchscope/dashboard.js``, ``/batchscope/dashboard.css``: the page's client
   (``replay.js`` too, in replay mode).

@@ -1,0 +1,25 @@
+"""Presenter controls: who may use them, and the token budget they report."""
+from types import SimpleNamespace
+
+from engine.config import EngineConfig
+from viz.presenter import PresenterAccess
+from viz.ui import _effective_budget
+
+
+def test_presenter_controls_are_open_locally_keyed_or_hidden_on_a_space():
+    local = PresenterAccess.for_server(None, on_space=False)
+    assert local.allows("") and not local.hidden
+    keyed = PresenterAccess.for_server("s3cret", on_space=True)
+    assert keyed.allows("s3cret") and not keyed.allows("") and not keyed.allows("s3cre")
+    assert not keyed.hidden
+    space = PresenterAccess.for_server(None, on_space=True)
+    assert space.hidden and not space.allows("")
+
+
+def test_turning_chunking_off_reports_the_budget_the_engine_will_use():
+    config = EngineConfig(max_model_len=1024, max_num_batched_tokens=512)
+    llm = SimpleNamespace(engine=SimpleNamespace(config=config))
+    assert _effective_budget(llm, 256, chunked=True) == 256
+    assert _effective_budget(llm, 256, chunked=False) == 1024
+    assert _effective_budget(llm, 2048, chunked=False) == 2048
+    assert config.max_num_batched_tokens == 512  # the engine's config is left alone
