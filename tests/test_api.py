@@ -9,9 +9,10 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from engine import AsyncLLM
 from serve import ApiLimits, add_limit_arguments, install_api, limits_from_arguments
 from viz.server import BackgroundServer
+
+from api_server import api_url, running_llm
 
 LIMITS = ApiLimits(max_prompt_tokens=64, max_tokens=32, max_concurrent_per_client=3, max_waiting=8,
                    max_body_bytes=16384)
@@ -20,18 +21,12 @@ TIMEOUT = httpx.Timeout(30.0)
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    llm = AsyncLLM(tiny_model_dir, max_model_len=256, num_kv_blocks=64, max_num_seqs=16)
-    llm.wait_ready(120)
-    yield llm
-    llm.shutdown()
+    yield from running_llm(tiny_model_dir, max_model_len=256, num_kv_blocks=64, max_num_seqs=16)
 
 
 @pytest.fixture(scope="module")
 def url(llm):
-    app = FastAPI()
-    install_api(app, llm, LIMITS)
-    with BackgroundServer(app) as server:
-        yield server.url
+    yield from api_url(llm, LIMITS)
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,8 @@ from fastapi import FastAPI
 
 from engine import AsyncLLM
 from serve import ApiLimits, install_api
-from viz.server import BackgroundServer
+
+from api_server import api_url, running_llm
 
 COMPLETIONS = "/v1/completions"
 TIMEOUT = httpx.Timeout(30.0)
@@ -19,18 +20,12 @@ TIMEOUT = httpx.Timeout(30.0)
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    llm = AsyncLLM(tiny_model_dir, max_model_len=256, num_kv_blocks=32, max_num_seqs=2)
-    llm.wait_ready(120)
-    yield llm
-    llm.shutdown()
+    yield from running_llm(tiny_model_dir, max_model_len=256, num_kv_blocks=32, max_num_seqs=2)
 
 
 @pytest.fixture(scope="module")
 def url(llm):
-    app = FastAPI()
-    install_api(app, llm, ApiLimits(max_tokens=200))
-    with BackgroundServer(app) as server:
-        yield server.url
+    yield from api_url(llm, ApiLimits(max_tokens=200))
 
 
 @pytest.fixture(autouse=True)
