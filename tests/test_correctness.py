@@ -46,7 +46,7 @@ def run_scenario(model_dir: str, hf, name: str, seed: int, n: int = 16):
     config, shared = SCENARIOS[name]
     prompts = mixed_prompts(n, seed, shared_prefix=shared)
     refs = hf_greedy(hf, prompts, MAX_TOKENS)
-    llm = LLM(model_dir, **config)
+    llm = LLM(model_dir, device="cpu", dtype="float32", **config)  # the reference is CPU fp32
     records = []
     outputs = llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True),
                            on_iteration=records.append)
