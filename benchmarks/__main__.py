@@ -27,6 +27,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every peer")
     parser.add_argument("--kv-cache-gb", type=float, default=None, help="KV pool of every peer (GiB)")
+    parser.add_argument("--token-budget", type=int, default=None,
+                        help="Batchscope's max_num_batched_tokens and generate_batch's max_batch_tokens "
+                             "(default: the setting's)")
     parser.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(PEERS)}")
     parser.add_argument("--in-process", action="store_true",
                         help="run peers in this process (quick checks; peak memory is then shared)")
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     ctx = PeerContext(
-        model=args.model, device=device, dtype=dtype, token_budget=setting.token_budget,
+        model=args.model, device=device, dtype=dtype, token_budget=args.token_budget or setting.token_budget,
         max_num_seqs=setting.max_num_seqs, hf_batch_size=setting.hf_batch_size,
         kv_cache_memory_gb=args.kv_cache_gb or (4.0 if device == "cuda" else 0.5),
     )
