@@ -86,10 +86,10 @@ class ModelRunner:
         first_pos = torch.tensor(num_cached, device=device)
         positions = torch.arange(rows, device=device) - first_row[segment] + first_pos[segment]
         width = max(len(t) for t in block_tables)
-        tables = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], device=device)
+        tables = torch.tensor([t + [t[0]] * (width - len(t)) for t in block_tables], device=device)
         bs = self.block_size
         slot_mapping = tables[segment, positions // bs] * bs + positions % bs
-        layout = StepLayout(cu_seqlens_q, num_cached, seq_lens_k, block_tables, slot_mapping)
+        layout = StepLayout(cu_seqlens_q, num_cached, seq_lens_k, tables, slot_mapping)
         return token_ids, positions, layout
 
     @torch.inference_mode()

@@ -28,9 +28,9 @@ def test_flash_matches_torch_on_a_mixed_step(block_size):
     positions = torch.cat([torch.arange(c, c + q) for c, q in zip(num_cached, q_lens)])
     seg = torch.repeat_interleave(torch.arange(4), torch.tensor(q_lens))
     width = max(len(t) for t in tables)
-    table_t = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    table_t = torch.tensor([t + [t[0]] * (width - len(t)) for t in tables])
     slots = (table_t[seg, positions // block_size] * block_size + positions % block_size).to(device)
-    layout = StepLayout(cu, num_cached, [c + q for c, q in zip(num_cached, q_lens)], tables, slots)
+    layout = StepLayout(cu, num_cached, [c + q for c, q in zip(num_cached, q_lens)], table_t.to(device), slots)
     rows = cu[-1]
     q = torch.randn(rows, heads, dim, device=device, dtype=dtype)
     k = torch.randn(rows, kv_heads, dim, device=device, dtype=dtype)

@@ -12,13 +12,13 @@ class StepLayout:
 
     Segment ``i`` owns rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]``; its queries sit at
     positions ``num_cached[i] ..`` and attend to keys ``0 .. seq_lens_k[i]-1`` of its request
-    (causal, bottom-right aligned), which live in the blocks ``block_tables[i]``.
+    (causal, bottom-right aligned), which live in the blocks of row ``i`` of ``block_table``.
     """
 
     cu_seqlens_q: list[int]
     num_cached: list[int]
     seq_lens_k: list[int]
-    block_tables: list[list[int]]
+    block_table: torch.Tensor  # [segments, max blocks], short rows padded with their first block
     slot_mapping: torch.Tensor  # [num_rows] slot of each row's new K/V
 
     @property
@@ -60,15 +60,16 @@ class AttentionBackend:
         v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v)
 
     def block_table_tensor(self, layout: StepLayout, segments: list[int], device: torch.device) -> torch.Tensor:
-        """Block tables of ``segments`` as ``[len(segments), max blocks]``.
+        """Rows ``segments`` of the step's block table, as wide as their longest context.
 
-        Short tables are padded with their own first block; callers mask those keys out.
         Gathering whole blocks copies block-sized runs of memory, far faster on CPU than
-        gathering slot by slot.
+        gathering slot by slot; the padding blocks are masked out by the callers.
         """
-        tables = [layout.block_tables[i] for i in segments]
-        width = max(len(t) for t in tables)
-        return torch.tensor([t + [t[0]] * (width - len(t)) for t in tables], device=device)
+        width = -(-max(layout.seq_lens_k[i] for i in segments) // self.block_size)
+        table = layout.block_table
+        if len(segments) != layout.num_segments:
+            table = table.index_select(0, torch.tensor(segments, device=device))
+        return table[:, :width]
 
     @staticmethod
     def gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:

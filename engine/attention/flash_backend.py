@@ -39,7 +39,7 @@ class FlashAttentionBackend(AttentionBackend):
         tables = self.block_table_tensor(layout, list(range(layout.num_segments)), device)
         block_table = gather_tables = key_mask = None
         if paged:
-            block_table = tables.to(torch.int32)
+            block_table = tables.to(torch.int32).contiguous()
         else:
             gather_tables = tables
             keys = torch.arange(tables.shape[1] * self.block_size, device=device)
