@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     engine.add_argument("--attention-backend", choices=("auto", "torch", "flash_attn"),
                         default="auto", help="auto: flash-attn on CUDA when installed")
+    engine.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                        help="replay decode-only steps from CUDA graphs (default: on with CUDA)")
     engine.add_argument("--seed", type=int, default=0)
     add_limit_arguments(parser)
     return parser
@@ -119,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 ENGINE_OPTIONS = (
     "block_size", "num_kv_blocks", "kv_cache_memory_gb", "max_num_batched_tokens",
     "max_num_seqs", "max_model_len", "policy", "enable_chunked_prefill",
-    "enable_prefix_caching", "dtype", "device", "attention_backend", "seed",
+    "enable_prefix_caching", "dtype", "device", "attention_backend", "cuda_graphs", "seed",
 )
 
 

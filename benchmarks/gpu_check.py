@@ -6,7 +6,8 @@ On a machine with torch (>= 2.11, CUDA), triton and transformers preinstalled an
 1. builds a random-weight model with the shapes of Qwen2.5-0.5B (no download, token-id prompts);
 2. correctness: greedy tokens of Batchscope (torch backend, fp32) equal transformers
    ``generate`` on the same prompts; with flash_attn installed, the flash backend (bf16) is
-   compared too (agreement reported: bf16 random weights have near-ties);
+   compared too (agreement reported: bf16 random weights have near-ties); then the GPU-only
+   tests run when pytest is there (CUDA graph replay vs eager steps, flash_attn vs torch);
 3. the benchmark in bf16 with the torch backend: Batchscope vs transformers ``generate``
    and ``generate_batch`` at 256 concurrent requests (setting ``gpu``), then Batchscope
    with flash_attn when installed, if time is left;
@@ -44,7 +45,7 @@ TINY_QWEN = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_l
                  bos_token_id=1, eos_token_id=2)
 BUDGET_S = 8 * 60
 GPU_PEERS = {
-    "W1": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_prefill_first"),
+    "W1": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_eager", "bs_prefill_first"),
     "W2": ("hf_generate_batch", "bs_mixed", "bs_prefill_first"),
     "W3": ("bs_mixed", "bs_mixed_nocache"),
 }
@@ -98,6 +99,21 @@ def correctness(model_dir: str, device: str, dtype: str, backend: str, num_promp
     }
 
 
+def gpu_tests() -> dict:
+    """The GPU-only tests (CUDA graphs vs eager steps, flash_attn vs the torch reference), when
+    pytest is there (nothing is installed)."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("pytest") is None:
+        return {"skipped": "pytest is not installed"}
+    root = Path(__file__).resolve().parent.parent
+    tests = ["tests/test_cuda_graphs_gpu.py", "tests/test_flash_attn.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tests],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    return {"tests": tests, "returncode": done.returncode, "summary": done.stdout.strip().splitlines()[-8:]}
+
+
 def gpu_targets(results: dict) -> list[TargetResult]:
     w1 = results["workloads"].get("W1", {}).get("peers", {})
     ours = w1.get("bs_mixed", {}).get("figures", {}).get("output_tok_s")
@@ -136,6 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
             checks.append(correctness(model_dir, device, "bfloat16", "flash_attn"))
         results["correctness"] = checks
         log(f"correctness: {checks}")
+        if not args.dry_run:
+            results["gpu_tests"] = gpu_tests()
+            log(f"GPU tests: {results['gpu_tests']}")
         ctx = PeerContext(model=model_dir, device=device, dtype=dtype, token_budget=setting.token_budget,
                           max_num_seqs=setting.max_num_seqs, hf_batch_size=setting.hf_batch_size,
                           kv_cache_memory_gb=0.05 if args.dry_run else 4.0,
@@ -152,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
             results["flash_attn"] = "skipped: " + ("flash_attn not installed" if not flash else "time budget")
     results["elapsed_s"] = round(time.time() - started, 1)
     text = [f"# GPU check ({results['torch']['machine'].get('gpu', device)})", "",
-            f"correctness: {results['correctness']}", "", "## torch backend", "",
+            f"correctness: {results['correctness']}", "",
+            f"GPU tests: {results.get('gpu_tests', 'not run (dry run)')}", "", "## torch backend", "",
             markdown_tables(results["torch"])]
     if isinstance(results["flash_attn"], dict):
         text += ["## flash_attn backend", "", markdown_tables(results["flash_attn"])]

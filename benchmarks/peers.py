@@ -252,7 +252,11 @@ BATCHSCOPE_CONFIGS = {
     "bs_mixed_nochunk": dict(policy="mixed", enable_chunked_prefill=False, enable_prefix_caching=True),
     "bs_prefill_first": dict(policy="prefill_first", enable_chunked_prefill=False, enable_prefix_caching=True),
     "bs_mixed_nocache": dict(policy="mixed", enable_chunked_prefill=True, enable_prefix_caching=False),
+    # bs_mixed with every step eager: what the decode CUDA graphs buy (GPU only, see below)
+    "bs_mixed_eager": dict(policy="mixed", enable_chunked_prefill=True, enable_prefix_caching=True,
+                           cuda_graphs=False),
 }
+GPU_ONLY_PEERS = ("bs_mixed_eager",)  # on CPU it is bs_mixed itself
 HF_PEERS = {"hf_generate": HFGeneratePeer, "hf_generate_batch": HFGenerateBatchPeer}
 PEERS = (*HF_PEERS, *BATCHSCOPE_CONFIGS)
 

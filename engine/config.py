@@ -33,6 +33,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     seed: int = 0
     kv_cache_memory_gb: float | None = None
+    cuda_graphs: bool | None = None  # decode-only steps replayed from CUDA graphs; None: on CUDA
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "EngineConfig":
@@ -58,6 +59,8 @@ class EngineConfig:
         _one_of("attention_backend", self.attention_backend, ("auto", "torch", "flash_attn"))
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device")
+        if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs must be True, False or None, got {self.cuda_graphs!r}")
         if self.attention_backend == "flash_attn" and not flash_attn_available():
             raise ValueError("attention_backend='flash_attn' needs CUDA and the flash_attn package")
 
@@ -70,6 +73,10 @@ class EngineConfig:
         if self.attention_backend == "auto":
             use_fa = self.device == "cuda" and flash_attn_available()
             self.attention_backend = "flash_attn" if use_fa else "torch"
+        if self.cuda_graphs is None:
+            self.cuda_graphs = self.device == "cuda"
+        elif self.cuda_graphs and self.device != "cuda":
+            raise ValueError(f"cuda_graphs=True needs device='cuda', got device={self.device!r}")
 
     def resolve_sizes(self, model_max_len: int, bytes_per_token: int) -> None:
         """Fill block size, model length and pool size from the model's shapes."""

@@ -9,7 +9,9 @@ over tokens, each row's position and its slot in the paged KV cache (the slot ma
 turns these into its plan once per step and uses it in every layer, so attention is the only
 place where requests stay apart. After the final norm only the rows whose logits are needed
 (each decode, and the last row of a prefill that completes) go through the LM head; the
-logits are split back per request and sampled in one vectorised call.
+logits are split back per request and sampled in one vectorised call. On CUDA a step of
+decodes only is instead replayed from a captured CUDA graph (``cuda_graphs.py``); the KV cache
+has one block more than the pool, the padding block that padded graph rows write to.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import torch
 
 from .attention import StepLayout, make_backend
 from .config import EngineConfig
+from .cuda_graphs import Capture, DecodeGraphs, GraphKey, cuda_capture_factory, graph_batch_sizes
 from .loader import LoadedModel
 from .sampler import Sampler
 from .scheduler import ScheduledRequest
@@ -46,9 +49,10 @@ class ModelRunner:
         self.block_size = config.block_size
         self.backend = make_backend(config.attention_backend, config.block_size)
         attn = self.model.layers[0].self_attn
+        self.pad_block = config.num_kv_blocks  # never handed out by the BlockManager
         shape = (
             len(self.model.layers),
-            config.num_kv_blocks,
+            config.num_kv_blocks + 1,
             config.block_size,
             attn.num_kv_heads,
             attn.head_dim,
@@ -56,6 +60,33 @@ class ModelRunner:
         self.k_cache = torch.zeros(shape, dtype=config.torch_dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=config.torch_dtype, device=self.device)
         self.sampler = Sampler(config.seed, self.device)
+        self.decode_graphs: DecodeGraphs | None = None
+        if config.cuda_graphs:
+            self.capture_decode_graphs(cuda_capture_factory())
+
+    @torch.inference_mode()
+    def capture_decode_graphs(self, capture: Capture) -> None:
+        """Capture decode-only steps for every batch size up to ``max_num_seqs`` and every
+        block-table width the backend wants, up to ``max_model_len``."""
+        max_blocks = -(-self.config.max_model_len // self.block_size)
+        self.decode_graphs = DecodeGraphs(
+            self._logits_of_all_rows, self.backend, self.pad_block,
+            graph_batch_sizes(self.config.max_num_seqs), self.backend.graph_widths(max_blocks),
+            self.device, capture,
+        )
+
+    def _logits_of_all_rows(self, input_ids: torch.Tensor, positions: torch.Tensor, plan) -> torch.Tensor:
+        step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
+        return self.model.compute_logits(self.model(input_ids, positions, step))
+
+    def _graph_for(self, scheduled: list[ScheduledRequest], layout: StepLayout) -> GraphKey | None:
+        """The captured graph that runs this step: only steps whose every segment is one
+        sampled row (decodes, or one-token prompts)."""
+        if self.decode_graphs is None or not all(
+            s.num_new_tokens == 1 and s.completes_prefill for s in scheduled
+        ):
+            return None
+        return self.decode_graphs.key_for(len(scheduled), layout.block_table.shape[1])
 
     def layout(self, scheduled: list[ScheduledRequest]) -> tuple[list[int], torch.Tensor, StepLayout]:
         """Token ids, positions and the attention layout of the packed batch."""
@@ -98,15 +129,20 @@ class ModelRunner:
         with timer.phase("prepare", device_work=True):
             token_ids, positions, layout = self.layout(scheduled)
             input_ids = torch.tensor(token_ids, device=self.device)
-            plan = self.backend.plan(layout, self.device)
             sample_at = [i for i, s in enumerate(scheduled) if s.completes_prefill]
-            logits_rows = torch.tensor(
-                [layout.cu_seqlens_q[i + 1] - 1 for i in sample_at], dtype=torch.long, device=self.device
-            )
-            step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
+            graph = self._graph_for(scheduled, layout)
+            if graph is None:
+                plan = self.backend.plan(layout, self.device)
+                logits_rows = torch.tensor(
+                    [layout.cu_seqlens_q[i + 1] - 1 for i in sample_at], dtype=torch.long, device=self.device
+                )
+                step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
         with timer.phase("forward", device_work=True):
-            hidden = self.model(input_ids, positions, step)
-            logits = self.model.compute_logits(hidden[logits_rows])
+            if graph is not None:
+                logits = self.decode_graphs.run(graph, input_ids, positions, layout)
+            else:
+                hidden = self.model(input_ids, positions, step)
+                logits = self.model.compute_logits(hidden[logits_rows])
         with timer.phase("sample", device_work=True):
             requests = [scheduled[i].request for i in sample_at]
             sampled = self.sampler(

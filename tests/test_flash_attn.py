@@ -44,3 +44,28 @@ def test_flash_matches_torch_on_a_mixed_step(block_size):
         plan = backend.plan(layout, device)
         outs.append(backend.forward(plan, q, k, v, k_cache, v_cache, dim**-0.5).float())
     torch.testing.assert_close(outs[1], outs[0], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("block_size", [16, 256])
+def test_flash_decode_plan_matches_torch(block_size):
+    """The graph-capturable decode path (flash_attn_with_kvcache) equals the torch reference."""
+    torch.manual_seed(0)
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    heads, kv_heads, dim, width = 8, 2, 64, 4
+    seq_lens = torch.tensor([1, 37, 300, 4 * block_size], device=device).clamp(max=width * block_size)
+    blocks = 4 * width
+    table = torch.randperm(blocks, device=device)[: 4 * width].view(4, width)
+    positions = seq_lens - 1
+    slots = table[torch.arange(4, device=device), positions // block_size] * block_size + positions % block_size
+    q = torch.randn(4, heads, dim, device=device, dtype=dtype)
+    k = torch.randn(4, kv_heads, dim, device=device, dtype=dtype)
+    v = torch.randn(4, kv_heads, dim, device=device, dtype=dtype)
+    outs = []
+    for name in ("torch", "flash_attn"):
+        torch.manual_seed(1)
+        k_cache = torch.randn(blocks, block_size, kv_heads, dim, device=device, dtype=dtype)
+        v_cache = torch.randn(blocks, block_size, kv_heads, dim, device=device, dtype=dtype)
+        backend = make_backend(name, block_size)
+        plan = backend.plan_decode(slots, table, seq_lens)
+        outs.append(backend.forward(plan, q, k, v, k_cache, v_cache, dim**-0.5).float())
+    torch.testing.assert_close(outs[1], outs[0], atol=2e-2, rtol=2e-2)

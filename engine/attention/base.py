@@ -40,6 +40,17 @@ class AttentionBackend:
     def plan(self, layout: StepLayout, device: torch.device) -> object:
         raise NotImplementedError
 
+    def plan_decode(self, slot_mapping: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor) -> object:
+        """The plan of a step of decodes only (row ``i`` = segment ``i``), from tensors alone:
+        no host reads, so it can be captured in a CUDA graph (``cuda_graphs.py``)."""
+        raise NotImplementedError
+
+    def graph_widths(self, max_blocks: int) -> list[int]:
+        """Block-table widths to capture decode graphs for: powers of two from 8 blocks, then
+        ``max_blocks``, since a decode gathers (and masks) every block of its padded width."""
+        widths = [w for w in (2**i for i in range(3, max_blocks.bit_length())) if w < max_blocks]
+        return [*widths, max_blocks]
+
     def forward(
         self,
         plan: object,
@@ -70,6 +81,11 @@ class AttentionBackend:
         if len(segments) != layout.num_segments:
             table = table.index_select(0, torch.tensor(segments, device=device))
         return table[:, :width]
+
+    def key_mask(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+        """``[segments, blocks * block_size]``: True for the keys each segment really has."""
+        keys = torch.arange(block_table.shape[1] * self.block_size, device=block_table.device)
+        return keys < seq_lens[:, None]
 
     @staticmethod
     def gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:

@@ -2,14 +2,17 @@
 
 With a block size that is a multiple of 256, FA2 reads the paged cache directly through the
 block table. With smaller blocks the step's keys are first gathered into one contiguous,
-packed tensor and the plain varlen kernel runs on that.
+packed tensor and the plain varlen kernel runs on that. Decode-only steps (``plan_decode``, the
+ones replayed from CUDA graphs) use ``flash_attn_with_kvcache``, whose shapes do not depend on
+the context lengths: it reads ``cache_seqlens`` keys of each row from the paged cache, or from
+the row's gathered blocks with smaller blocks.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-from flash_attn import flash_attn_varlen_func
+from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
 from ..config import FLASH_ATTN_BLOCK
 from .base import AttentionBackend, StepLayout
@@ -25,6 +28,13 @@ class FlashPlan:
     block_table: torch.Tensor | None  # int32 [B, max_blocks] (paged mode)
     gather_tables: torch.Tensor | None  # [B, max_blocks] (gather mode)
     key_mask: torch.Tensor | None  # [B, max_blocks * block_size] valid keys (gather mode)
+
+
+@dataclass(slots=True)
+class FlashDecodePlan:
+    slot_mapping: torch.Tensor
+    block_table: torch.Tensor  # [B, width] block ids
+    cache_seqlens: torch.Tensor  # int32 [B]: keys of each row, this step's included
 
 
 class FlashAttentionBackend(AttentionBackend):
@@ -55,8 +65,18 @@ class FlashAttentionBackend(AttentionBackend):
             key_mask=key_mask,
         )
 
-    def forward(self, plan: FlashPlan, q, k, v, k_cache, v_cache, scale):
+    def graph_widths(self, max_blocks: int) -> list[int]:
+        if self.block_size % FLASH_ATTN_BLOCK == 0:
+            return [max_blocks]  # paged: the kernel reads only cache_seqlens keys of each row
+        return super().graph_widths(max_blocks)
+
+    def plan_decode(self, slot_mapping, block_table, seq_lens) -> FlashDecodePlan:
+        return FlashDecodePlan(slot_mapping, block_table.to(torch.int32), seq_lens.to(torch.int32))
+
+    def forward(self, plan: FlashPlan | FlashDecodePlan, q, k, v, k_cache, v_cache, scale):
         self.write_kv(plan, k, v, k_cache, v_cache)
+        if isinstance(plan, FlashDecodePlan):
+            return self._decode(plan, q, k_cache, v_cache, scale)
         if plan.block_table is not None:
             keys, values = k_cache, v_cache
         else:
@@ -68,3 +88,15 @@ class FlashAttentionBackend(AttentionBackend):
             max_seqlen_q=plan.max_seqlen_q, max_seqlen_k=plan.max_seqlen_k,
             softmax_scale=scale, causal=True, block_table=plan.block_table,
         )
+
+    def _decode(self, plan: FlashDecodePlan, q, k_cache, v_cache, scale):
+        block_table = plan.block_table
+        if self.block_size % FLASH_ATTN_BLOCK != 0:  # gather mode: [B, width * block_size, ...]
+            k_cache = self.gather_blocks(k_cache, plan.block_table)
+            v_cache = self.gather_blocks(v_cache, plan.block_table)
+            block_table = None
+        out = flash_attn_with_kvcache(
+            q.unsqueeze(1), k_cache, v_cache, cache_seqlens=plan.cache_seqlens,
+            block_table=block_table, softmax_scale=scale, causal=True,
+        )
+        return out.squeeze(1)

@@ -45,8 +45,7 @@ class TorchAttentionBackend(AttentionBackend):
             contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
             plan.decode_rows = slice(rows[0], rows[0] + len(rows)) if contiguous else torch.tensor(rows, device=device)
             plan.decode_tables = tables
-            keys = torch.arange(tables.shape[1] * self.block_size, device=device)
-            plan.decode_mask = (keys < lens[:, None])[:, None, None, :]
+            plan.decode_mask = self.key_mask(tables, lens)[:, None, None, :]
         for i in range(layout.num_segments):
             if layout.query_len(i) == 1:
                 continue
@@ -61,6 +60,14 @@ class TorchAttentionBackend(AttentionBackend):
             mask = keys[None, :] <= queries[:, None]  # causal, bottom-right aligned
             plan.prefills.append(PrefillSegment(start, end, table, mask))
         return plan
+
+    def plan_decode(self, slot_mapping, block_table, seq_lens) -> TorchPlan:
+        return TorchPlan(
+            slot_mapping=slot_mapping,
+            decode_rows=slice(0, block_table.shape[0]),
+            decode_tables=block_table,
+            decode_mask=self.key_mask(block_table, seq_lens)[:, None, None, :],
+        )
 
     def forward(self, plan: TorchPlan, q, k, v, k_cache, v_cache, scale):
         self.write_kv(plan, k, v, k_cache, v_cache)
