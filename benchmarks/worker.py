@@ -53,6 +53,7 @@ def run_peer(name: str, ctx: PeerContext, setting: Setting, workloads: list[str]
         out[w] = {
             "figures": figures,
             "repeats_output_tok_s": [f["output_tok_s"] for f, _ in runs],
+            "peak_mem_method": memory.method,
             "steps": [asdict(s) for s in best.steps],
             "token_ids": [t.token_ids for t in runs[0][1].requests],  # repeat 0: same prompts for all peers
         }
