@@ -26,5 +26,5 @@ def test_tiny_setting_writes_expected_json(tiny_model_dir, tmp_path):
         assert all(v == 1.0 for v in workload["agreement"].values()), workload["agreement"]
     assert seen == set(PEERS) - set(GPU_ONLY_PEERS)
     assert results["workloads"]["W1"]["peers"]["bs_mixed"]["prefill"]["num_steps"] >= 1
-    assert {"throughput_cost", "subscriber_ms_per_step", "engine_unphased"} <= set(results["telemetry"])
+    assert {"throughput_cost", "direct_cost", "subscriber_ms_per_step", "engine_unphased"} <= set(results["telemetry"])
     assert [t["name"] for t in results["targets"]] and all("met" in t for t in results["targets"])
