@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
         model=args.model, device=device, dtype=dtype, token_budget=args.token_budget or setting.token_budget,
         max_num_seqs=setting.max_num_seqs, hf_batch_size=setting.hf_batch_size,
         kv_cache_memory_gb=args.kv_cache_gb or (4.0 if device == "cuda" else 0.5),
+        max_model_len=setting.max_model_len,
     )
     results = run_benchmark(setting, workloads, ctx, args.threads, peers, telemetry=not args.no_telemetry,
                             in_process=args.in_process, log=lambda msg: print(msg, file=sys.stderr, flush=True))

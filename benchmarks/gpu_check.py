@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
             log(f"GPU tests: {results['gpu_tests']}")
         ctx = PeerContext(model=model_dir, device=device, dtype=dtype, token_budget=setting.token_budget,
                           max_num_seqs=setting.max_num_seqs, hf_batch_size=setting.hf_batch_size,
-                          kv_cache_memory_gb=0.05 if args.dry_run else 4.0,
+                          kv_cache_memory_gb=0.05 if args.dry_run else 4.0, max_model_len=setting.max_model_len,
                           extra_engine_config={"attention_backend": "torch"})
         workloads = ["W1", "W2", "W3"]
         results["torch"] = run_benchmark(setting, workloads, ctx, torch.get_num_threads(), GPU_PEERS,

@@ -28,6 +28,7 @@ class PeerContext:
     max_num_seqs: int
     hf_batch_size: int
     kv_cache_memory_gb: float
+    max_model_len: int | None = None  # None: the engine's default
     extra_engine_config: dict = field(default_factory=dict)
 
     @property
@@ -43,7 +44,7 @@ class BatchscopePeer:
         self.config = dict(
             max_num_batched_tokens=ctx.token_budget, max_num_seqs=ctx.max_num_seqs,
             device=ctx.device, dtype=ctx.dtype, kv_cache_memory_gb=ctx.kv_cache_memory_gb,
-            **ctx.extra_engine_config, **config,
+            max_model_len=ctx.max_model_len, **ctx.extra_engine_config, **config,
         )
         self.subscriber: Callable | None = None  # gets each step's IterationRecord
 

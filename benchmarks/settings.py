@@ -32,8 +32,19 @@ class Setting:
     w3_max_tokens: int
     telemetry_rounds: int  # alternating bare / subscribed W1 runs for the telemetry cost
 
+    @property
+    def max_model_len(self) -> int:
+        """The longest request of any workload (prompt + output): the engine's ``max_model_len``,
+        as a user serving these requests would set it (its default caps at 4096)."""
+        return max(
+            self.w1_prompt_max + self.w1_out_max,
+            self.w2_decoder_prompt + self.w2_decode_tokens,
+            self.w2_long_prompt + self.w2_long_max_tokens,
+            self.w3_system_prompt + self.w3_suffix_max + self.w3_max_tokens,
+        )
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"max_model_len": self.max_model_len}
 
 
 SMALL = Setting(
