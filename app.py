@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="KV pool size in blocks (default: from --kv-cache-memory-gb)")
     engine.add_argument("--kv-cache-memory-gb", type=float,
                         help="KV pool memory when --num-kv-blocks is not given (default: 0.5 "
-                             "on CPU, 4 on CUDA)")
+                             "on CPU, 4 on CUDA, at most 2048 blocks; a value given here is not "
+                             "capped)")
     engine.add_argument("--max-num-batched-tokens", "--token-budget", type=int, default=512,
                         dest="max_num_batched_tokens", help="token budget per step (rows)")
     engine.add_argument("--max-num-seqs", type=int, default=64,

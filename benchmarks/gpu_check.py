@@ -109,8 +109,11 @@ def gpu_tests() -> dict:
         return {"skipped": "pytest is not installed"}
     root = Path(__file__).resolve().parent.parent
     tests = ["tests/test_cuda_graphs_gpu.py", "tests/test_flash_attn.py"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tests],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tests],
+                              cwd=root, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"tests": tests, "error": "timed out after 300 s"}
     return {"tests": tests, "returncode": done.returncode, "summary": done.stdout.strip().splitlines()[-8:]}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -209,8 +209,10 @@ class HFGenerateBatchPeer(_HFPeer):
         shapes = ModelShapes.from_config(self.model.config)
         page = 16  # Batchscope's CPU/torch-backend block size
         kv_tokens = int(self.ctx.kv_cache_memory_gb * 2**30) // shapes.kv_bytes_per_token(self.ctx.torch_dtype.itemsize)
+        # transformers 5.17 (the GPU check's image) calls the page size block_size; later ones page_size
+        page_field = "page_size" if "page_size" in {f.name for f in fields(ContinuousBatchingConfig)} else "block_size"
         cb_config = ContinuousBatchingConfig(
-            page_size=page, num_blocks=kv_tokens // page, max_batch_tokens=self.ctx.token_budget,
+            **{page_field: page}, num_blocks=kv_tokens // page, max_batch_tokens=self.ctx.token_budget,
             max_requests_per_batch=self.ctx.max_num_seqs, seed=0,
         )
         hints = WorkloadHints(max(len(s.prompt) for s in specs), max(s.max_tokens for s in specs), len(specs))

@@ -137,6 +137,8 @@ def markdown_tables(results: dict) -> str:
         if w.get("agreement"):
             lines.append(f"- greedy tokens equal to {REFERENCE_PEER}'s (fraction of requests): {w['agreement']}")
         lines.append("")
+    for peer, reason in results.get("failed", {}).items():
+        lines.append(f"- **{peer} failed**: {reason.strip().splitlines()[-1] if reason.strip() else 'no message'}")
     return "\n".join(lines)
 
 

@@ -77,11 +77,17 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
             "num_output_tokens": workload.num_output_tokens, "peers": {},
         }
     order = list(dict.fromkeys(p for w in workloads for p in peers[w]))
+    results["failed"] = {}
     for peer in order:
         mine = [w for w in workloads if peer in peers[w]]
         t = time.time()
-        out = run_job({"kind": "peer", "peer": peer, "workloads": mine, "ctx": asdict(ctx),
-                       "setting": setting.name, "threads": threads}, timeout_s, in_process)
+        try:
+            out = run_job({"kind": "peer", "peer": peer, "workloads": mine, "ctx": asdict(ctx),
+                           "setting": setting.name, "threads": threads}, timeout_s, in_process)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the other peers still count
+            results["failed"][peer] = str(exc)[-2000:]
+            log(f"{peer}: FAILED after {time.time() - t:.0f} s: {str(exc)[-500:]}")
+            continue
         rates = ", ".join(f"{w} {out[w]['figures']['output_tok_s']} tok/s" for w in mine)
         log(f"{peer}: {rates} ({time.time() - t:.0f} s)")
         for w in mine:

@@ -9,7 +9,7 @@ import torch
 POLICIES = ("mixed", "prefill_first")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FLASH_ATTN_BLOCK = 256
-MAX_AUTO_BLOCKS = 2048  # FA2's paged KV (block_table) needs a multiple of this
+MAX_AUTO_BLOCKS = 2048  # the default pool's cap: the per-block telemetry stays small
 
 
 def flash_attn_available() -> bool:
@@ -93,10 +93,12 @@ class EngineConfig:
             default_gb = 4.0 if self.device == "cuda" else 0.5
             budget = int((self.kv_cache_memory_gb or default_gb) * 2**30)
             by_memory = budget // (bytes_per_token * self.block_size)
-            # Enough for every sequence at full length, and few enough that the per-block
-            # telemetry (KV pool map) stays small.
+            # Enough for every sequence at full length; with the default memory also few enough
+            # that the per-block telemetry (KV pool map) stays small. Memory asked for explicitly
+            # (serving, benchmarks) is honoured.
             by_use = -(-self.max_num_seqs * self.max_model_len // self.block_size)
-            self.num_kv_blocks = max(min(by_memory, by_use, MAX_AUTO_BLOCKS), 1)
+            cap = MAX_AUTO_BLOCKS if self.kv_cache_memory_gb is None else by_use
+            self.num_kv_blocks = max(min(by_memory, by_use, cap), 1)
 
     def ensure_whole_prompts_fit(self) -> None:
         """Without chunked prefill a whole prompt must fit one step's token budget."""

@@ -5,8 +5,10 @@ rotary, four GEMMs, attention) and launching them one by one from Python takes l
 running them. A CUDA graph records the launches once; a replay is one call. A graph works on
 fixed shapes at fixed addresses, so decode steps run on static buffers: the batch is padded to
 the next captured batch size and the block table to the next captured width. Padded rows decode
-token 0 at position 0 into the padding block, a KV block that no request ever owns, and their
-logits are dropped. Steps that carry a prefill chunk have ragged shapes and run eagerly.
+token 0 at position 0 into the padding block, a KV block that no request ever owns. A graph
+ends at the final hidden states: the LM head runs eagerly on the real rows, so no graph keeps a
+``[batch, vocab]`` output alive. Steps that carry a prefill chunk have ragged shapes and run
+eagerly.
 
 ``capture`` turns a step function into a replay function. On CUDA that is ``cuda_capture``; the
 tests pass one that replays eagerly, which checks every buffer, padding and bucket rule on CPU.
@@ -76,7 +78,7 @@ class DecodeGraphs:
         device: torch.device,
         capture: Capture,
     ):
-        self.forward = forward  # (input_ids, positions, plan) -> logits of every row
+        self.forward = forward  # (input_ids, positions, plan) -> final hidden states of every row
         self.backend = backend
         self.pad_block = pad_block
         self.batch_sizes = sorted(batch_sizes)
@@ -104,7 +106,7 @@ class DecodeGraphs:
 
     def run(self, key: GraphKey, input_ids: torch.Tensor, positions: torch.Tensor,
             layout: StepLayout) -> torch.Tensor:
-        """Logits ``[decodes, vocab]`` of a decode-only step, replayed in the graph ``key``."""
+        """Final hidden states ``[decodes, hidden]`` of a decode-only step, replayed in ``key``."""
         n, width = layout.block_table.shape
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(positions)

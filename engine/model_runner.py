@@ -9,15 +9,19 @@ over tokens, each row's position and its slot in the paged KV cache (the slot ma
 turns these into its plan once per step and uses it in every layer, so attention is the only
 place where requests stay apart. After the final norm only the rows whose logits are needed
 (each decode, and the last row of a prefill that completes) go through the LM head; the
-logits are split back per request and sampled in one vectorised call. On CUDA a step of
-decodes only is instead replayed from a captured CUDA graph (``cuda_graphs.py``); the KV cache
-has one block more than the pool, the padding block that padded graph rows write to.
+logits are split back per request and sampled in one vectorised call. On CUDA the forward pass
+of a step of decodes only is instead replayed from a captured CUDA graph (``cuda_graphs.py``;
+the LM head stays outside, on the real rows only); the KV cache has one block more than the
+pool, the padding block that padded graph rows write to.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import StepLayout, make_backend
 from .config import EngineConfig
@@ -26,6 +30,10 @@ from .loader import LoadedModel
 from .sampler import Sampler
 from .scheduler import ScheduledRequest
 from .timing import PhaseTimer
+
+log = logging.getLogger(__name__)
+# cuDNN attention builds a plan for every new shape, and packed steps rarely repeat a shape.
+CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass(slots=True)
@@ -62,7 +70,11 @@ class ModelRunner:
         self.sampler = Sampler(config.seed, self.device)
         self.decode_graphs: DecodeGraphs | None = None
         if config.cuda_graphs:
-            self.capture_decode_graphs(cuda_capture_factory())
+            try:
+                self.capture_decode_graphs(cuda_capture_factory())
+            except RuntimeError as exc:  # e.g. a kernel that synchronises inside the capture
+                log.warning("CUDA graph capture failed, decode steps run eagerly: %s", exc)
+                self.decode_graphs, config.cuda_graphs = None, False
 
     @torch.inference_mode()
     def capture_decode_graphs(self, capture: Capture) -> None:
@@ -70,14 +82,17 @@ class ModelRunner:
         block-table width the backend wants, up to ``max_model_len``."""
         max_blocks = -(-self.config.max_model_len // self.block_size)
         self.decode_graphs = DecodeGraphs(
-            self._logits_of_all_rows, self.backend, self.pad_block,
+            self._hidden_states, self.backend, self.pad_block,
             graph_batch_sizes(self.config.max_num_seqs), self.backend.graph_widths(max_blocks),
             self.device, capture,
         )
 
-    def _logits_of_all_rows(self, input_ids: torch.Tensor, positions: torch.Tensor, plan) -> torch.Tensor:
-        step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
-        return self.model.compute_logits(self.model(input_ids, positions, step))
+    def _hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, plan) -> torch.Tensor:
+        with self._attention_kernels():
+            return self.model(input_ids, positions, ForwardStep(self.backend, plan, self.k_cache, self.v_cache))
+
+    def _attention_kernels(self):
+        return sdpa_kernel(CUDA_SDPA_BACKENDS) if self.device.type == "cuda" else contextlib.nullcontext()
 
     def _graph_for(self, scheduled: list[ScheduledRequest], layout: StepLayout) -> GraphKey | None:
         """The captured graph that runs this step: only steps whose every segment is one
@@ -136,13 +151,12 @@ class ModelRunner:
                 logits_rows = torch.tensor(
                     [layout.cu_seqlens_q[i + 1] - 1 for i in sample_at], dtype=torch.long, device=self.device
                 )
-                step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
         with timer.phase("forward", device_work=True):
             if graph is not None:
-                logits = self.decode_graphs.run(graph, input_ids, positions, layout)
+                hidden = self.decode_graphs.run(graph, input_ids, positions, layout)
             else:
-                hidden = self.model(input_ids, positions, step)
-                logits = self.model.compute_logits(hidden[logits_rows])
+                hidden = self._hidden_states(input_ids, positions, plan)[logits_rows]
+            logits = self.model.compute_logits(hidden)
         with timer.phase("sample", device_work=True):
             requests = [scheduled[i].request for i in sample_at]
             sampled = self.sampler(

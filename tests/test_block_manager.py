@@ -73,7 +73,7 @@ def test_prefix_cache_shares_full_blocks_and_evicts_lru():
     assert hits == first.block_ids[:2]
     assert bm.admit(second, hits, 3)
     assert second.num_computed_tokens == 8
-    assert [bm.blocks[b].ref_count for b in hits] == [2, 2]
+    assert [bm.ref_counts[b] for b in hits] == [2, 2]
     bm.check_invariants([first, second])
     bm.free(first)
     bm.free(second)

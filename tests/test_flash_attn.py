@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(
 def test_flash_matches_torch_on_a_mixed_step(block_size):
     torch.manual_seed(0)
     device, dtype = torch.device("cuda"), torch.bfloat16
-    heads, kv_heads, dim, blocks = 8, 2, 64, 64
+    heads, kv_heads, dim = 8, 2, 64
     # Segments: two decodes with long contexts, one chunk with context, one fresh prefill.
     num_cached, q_lens = [500, 200, 300, 0], [1, 1, 64, 100]
     tables, next_block = [], 0
@@ -21,7 +21,7 @@ def test_flash_matches_torch_on_a_mixed_step(block_size):
         n = -(-(cached + q) // block_size)
         tables.append(list(range(next_block, next_block + n)))
         next_block += n
-    assert next_block <= blocks
+    blocks = next_block + 2  # and two blocks nobody uses
     cu = [0]
     for q in q_lens:
         cu.append(cu[-1] + q)

