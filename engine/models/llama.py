@@ -144,7 +144,9 @@ class PackedLlama(nn.Module):
     @torch.no_grad()
     def prepack_for_cpu(self) -> bool:
         """Move every linear layer and the LM head to oneDNN prepacked weights (``prepacked.py``)
-        when this CPU supports the model's dtype; call once the weights are final."""
+        when this CPU supports the model's dtype; call once the weights are final. With tied
+        embeddings the packed LM head is a second copy of the embedding (113 MB for SmolLM2-135M
+        in fp32): the lookup needs the plain layout, the GEMM the packed one."""
         weight = self.embed_tokens.weight if self.tied else self.lm_head.weight
         if weight.device.type != "cpu" or not prepack_supported(weight.dtype):
             return False
