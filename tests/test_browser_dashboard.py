@@ -66,18 +66,26 @@ def wait_for(driver, condition, timeout: float, what: str):
         time.sleep(0.3)
     SHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SHOTS / "timeout.png"))
+    what = what() if callable(what) else what
     raise AssertionError(f"timed out waiting for {what}; state: {debug(driver)}")
 
 
 def fire(driver) -> list[str]:
-    """Click Fire; return the ids the status line reports."""
+    """Click Fire; return the new ids the status line reports (an earlier shot's status line,
+    shown again while the page updates, does not count)."""
     from selenium.webdriver.common.by import By
 
-    before = driver.find_element(By.ID, "bs-fire-status").text
+    known = set((debug(driver) or {}).get("requests", []))
+
+    def fired() -> list[str] | None:
+        text = driver.find_element(By.ID, "bs-fire-status").text
+        if not text.startswith("Fired") or ":" not in text:
+            return None
+        ids = text.split(":", 1)[1].replace(" ", "").split(",")
+        return ids if all(ids) and not known & set(ids) else None
+
     driver.find_element(By.ID, "bs-fire").click()
-    status = wait_for(driver, lambda: (text := driver.find_element(By.ID, "bs-fire-status").text)
-                      != before and "Fired" in text and text, 30, "the fire status")
-    return status.split(":", 1)[1].replace(" ", "").split(",")
+    return wait_for(driver, fired, 30, "the fire status")
 
 
 def panel(driver, rid: str, part: str) -> str:
@@ -115,7 +123,8 @@ def test_an_html_prompt_is_shown_as_text_and_runs_nothing(page):
     box.send_keys(XSS)
     ids = fire(page)
     wait_for(page, lambda: all(panel(page, rid, ".bs-req-prompt") == XSS for rid in ids), 60,
-             "the typed prompt in its panels")
+             lambda: f"the typed prompt in the panels of {ids}; they show "
+                     f"{ {rid: panel(page, rid, '.bs-req-prompt') for rid in ids} }")
     time.sleep(1.0)  # give an injected onerror handler time to fire, if there were one
     with pytest.raises(NoAlertPresentException):
         page.switch_to.alert.text
