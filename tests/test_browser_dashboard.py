@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium: Fire fills all four views and the text panels, and an
 HTML prompt stays text. Screenshots go to out/screenshots/ (or $BATCHSCOPE_SCREENSHOTS)."""
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -82,7 +83,8 @@ def fire(driver) -> list[str]:
         if not text.startswith("Fired") or ":" not in text:
             return None
         ids = text.split(":", 1)[1].replace(" ", "").split(",")
-        return ids if all(ids) and not known & set(ids) else None
+        well_formed = all(re.fullmatch(r"[A-Za-z]+\d+", rid) for rid in ids)  # no progress text
+        return ids if well_formed and not known & set(ids) else None
 
     driver.find_element(By.ID, "bs-fire").click()
     return wait_for(driver, fired, 30, "the fire status")

@@ -154,18 +154,20 @@ def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
     wait_for(browser, lambda: shown_step(browser) == steps[20], "scrubbing back")
     assert views_with_data(browser) == [v.elem_id for v in VIEWS]
 
-    # 2x: the shipped trace lasts about 15 s, so it is still playing when the pause arrives
-    # (at 8x it can end first, and a viewer on a busy machine may trail by its outbox).
+    # The slowest speed, so the trace (about 15 s at 1x) is surely still playing when the pause
+    # lands, even when a busy machine's browser reads its frames seconds late.
     browser.execute_script(
-        "const s = document.getElementById('bs-replay-speed'); s.value = '2';"
+        "const s = document.getElementById('bs-replay-speed'); s.value = '0.25';"
         "s.dispatchEvent(new Event('change', {bubbles: true}));")
     browser.find_element(By.ID, "bs-replay-play").click()
-    wait_for(browser, lambda: (shown_step(browser) or 0) > steps[22], "playing at 2x")
+    wait_for(browser, lambda: (shown_step(browser) or 0) > steps[22], "playing at 0.25x")
     replay = wait_for(browser, lambda: debug(browser)["status"]["replay"], "the replay status")
-    assert replay["speed"] == 2
+    assert replay["speed"] == 0.25
     browser.find_element(By.ID, "bs-replay-play").click()  # now "Pause"
+    # The status that says "paused" comes after every frame sent before the pause.
     wait_for(browser, lambda: not debug(browser)["status"]["replay"]["playing"], "the pause")
     paused_at = shown_step(browser)
+    assert steps[22] < paused_at < steps[-1]  # paused mid-trace, not at its end
     time.sleep(1.0)
     assert shown_step(browser) == paused_at
 
