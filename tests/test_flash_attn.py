@@ -1,18 +1,41 @@
-"""The flash_attn backend equals the torch reference (needs CUDA and the flash_attn package)."""
+"""The flash_attn backend equals the torch reference.
+
+Each test runs twice: with the real kernels (needs CUDA and the flash_attn package, else it
+skips), and on CPU with ``fake_flash_attn``, plain-PyTorch functions with flash-attn's semantics,
+so that CI runs the backend's own plumbing (plans, paged and gather modes, int32 tables) too.
+"""
+import sys
+
 import pytest
 import torch
 
+import fake_flash_attn
 from engine.attention import StepLayout, make_backend
 from engine.config import flash_attn_available
 
-pytestmark = pytest.mark.skipif(
-    not flash_attn_available(), reason="flash_attn backend needs a CUDA GPU and the flash_attn package")
+
+@pytest.fixture(params=["cuda", "cpu-fake"])
+def env(request, monkeypatch):
+    """(device, dtype); for "cpu-fake" the backend module is imported against the fake and
+    dropped afterwards, so no later import sees it bound to the fake."""
+    if request.param == "cuda":
+        if not flash_attn_available():
+            pytest.skip("flash_attn backend needs a CUDA GPU and the flash_attn package")
+        yield torch.device("cuda"), torch.bfloat16
+        return
+    backend_module = "engine.attention.flash_backend"
+    real = sys.modules.pop(backend_module, None)
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn)
+    yield torch.device("cpu"), torch.float32
+    sys.modules.pop(backend_module, None)
+    if real is not None:
+        sys.modules[backend_module] = real
 
 
 @pytest.mark.parametrize("block_size", [16, 256])
-def test_flash_matches_torch_on_a_mixed_step(block_size):
+def test_flash_matches_torch_on_a_mixed_step(block_size, env):
     torch.manual_seed(0)
-    device, dtype = torch.device("cuda"), torch.bfloat16
+    device, dtype = env
     heads, kv_heads, dim = 8, 2, 64
     # Segments: two decodes with long contexts, one chunk with context, one fresh prefill.
     num_cached, q_lens = [500, 200, 300, 0], [1, 1, 64, 100]
@@ -47,10 +70,10 @@ def test_flash_matches_torch_on_a_mixed_step(block_size):
 
 
 @pytest.mark.parametrize("block_size", [16, 256])
-def test_flash_decode_plan_matches_torch(block_size):
+def test_flash_decode_plan_matches_torch(block_size, env):
     """The graph-capturable decode path (flash_attn_with_kvcache) equals the torch reference."""
     torch.manual_seed(0)
-    device, dtype = torch.device("cuda"), torch.bfloat16
+    device, dtype = env
     heads, kv_heads, dim, width = 8, 2, 64, 4
     seq_lens = torch.tensor([1, 37, 300, 4 * block_size], device=device).clamp(max=width * block_size)
     blocks = 4 * width

@@ -40,15 +40,19 @@ class FlashDecodePlan:
 class FlashAttentionBackend(AttentionBackend):
     name = "flash_attn"
 
+    @property
+    def paged(self) -> bool:
+        """Whether FA2 can read the paged cache through the block table (else: gather mode)."""
+        return self.block_size % FLASH_ATTN_BLOCK == 0
+
     def plan(self, layout: StepLayout, device: torch.device) -> FlashPlan:
         cu_k = [0]
         for n in layout.seq_lens_k:
             cu_k.append(cu_k[-1] + n)
         q_lens = [layout.query_len(i) for i in range(layout.num_segments)]
-        paged = self.block_size % FLASH_ATTN_BLOCK == 0
         tables = self.block_table_tensor(layout, list(range(layout.num_segments)), device)
         block_table = gather_tables = key_mask = None
-        if paged:
+        if self.paged:
             block_table = tables.to(torch.int32).contiguous()
         else:
             gather_tables = tables
@@ -66,7 +70,7 @@ class FlashAttentionBackend(AttentionBackend):
         )
 
     def graph_widths(self, max_blocks: int) -> list[int]:
-        if self.block_size % FLASH_ATTN_BLOCK == 0:
+        if self.paged:
             return [max_blocks]  # paged: the kernel reads only cache_seqlens keys of each row
         return super().graph_widths(max_blocks)
 
@@ -91,7 +95,7 @@ class FlashAttentionBackend(AttentionBackend):
 
     def _decode(self, plan: FlashDecodePlan, q, k_cache, v_cache, scale):
         block_table = plan.block_table
-        if self.block_size % FLASH_ATTN_BLOCK != 0:  # gather mode: [B, width * block_size, ...]
+        if not self.paged:  # gather mode: [B, width * block_size, ...]
             k_cache = self.gather_blocks(k_cache, plan.block_table)
             v_cache = self.gather_blocks(v_cache, plan.block_table)
             block_table = None
