@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from benchmarks.metrics import percentile  # noqa: E402
-from viz.server import free_port  # noqa: E402
+from tests.support.server import free_port  # noqa: E402
 
 
 @dataclass

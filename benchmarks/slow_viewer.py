@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import app as dashboard  # noqa: E402
 from engine import SamplingParams  # noqa: E402
-from viz.server import BackgroundServer  # noqa: E402
+from tests.support.server import BackgroundServer  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "slow_viewer.json"
 PROMPT = "Write a long story about a lighthouse keeper who collects clocks."

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 
 from engine import AsyncLLM
 from serve import ApiLimits, install_api
-from viz.server import BackgroundServer
+from support.server import BackgroundServer
 
 
 def running_llm(model_dir: str, **config) -> Iterator[AsyncLLM]:

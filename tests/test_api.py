@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from serve import ApiLimits, add_limit_arguments, install_api, limits_from_arguments
-from viz.server import BackgroundServer
+from support.server import BackgroundServer
 
 from api_server import api_url, running_llm
 

@@ -10,7 +10,7 @@ import pytest
 import websockets
 
 import app as dashboard
-from viz.server import BackgroundServer
+from support.server import BackgroundServer
 
 GARBAGE = [
     b"\xff\xfe\x00garbage",  # binary, invalid UTF-8

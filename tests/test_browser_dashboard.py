@@ -11,7 +11,7 @@ import pytest
 
 import app as dashboard
 from viz.captions import VIEWS
-from viz.server import BackgroundServer
+from support.server import BackgroundServer
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = Path(os.environ.get("BATCHSCOPE_SCREENSHOTS",

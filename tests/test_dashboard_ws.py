@@ -11,7 +11,7 @@ import app as dashboard
 from engine.telemetry import validate_record
 from viz.firing import Knobs, fire, plan_shot
 from viz.presets import load_presets
-from viz.server import BackgroundServer
+from support.server import BackgroundServer
 
 OWNER = "owner-under-test"
 

@@ -13,7 +13,7 @@ from viz.hub import TelemetryHub
 from viz.privacy import PUBLIC
 from viz.recording import Recorder
 from viz.replay import HubReplay
-from viz.server import BackgroundServer
+from support.server import BackgroundServer
 from viz.trace import load_trace
 from viz.web import install_routes
 

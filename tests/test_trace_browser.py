@@ -16,7 +16,7 @@ import pytest
 
 from viz.captions import VIEWS
 from viz.export import summarize, to_html_report
-from viz.server import free_port
+from support.server import free_port
 from viz.trace import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,7 +191,7 @@ def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model
     import app as dashboard
     from selenium.webdriver.common.by import By
 
-    from viz.server import BackgroundServer
+    from support.server import BackgroundServer
 
     args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "256"])
     app, llm, _ = dashboard.create_app(args)

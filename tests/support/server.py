@@ -1,4 +1,4 @@
-"""BackgroundServer: run an ASGI app with uvicorn on a thread (tests, benchmarks)."""
+"""BackgroundServer: run an ASGI app with uvicorn on a thread (tests and benchmarks only)."""
 from __future__ import annotations
 
 import socket
