@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Self
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import serve
@@ -34,7 +35,7 @@ class Receiver:
     def stats(self) -> list[dict]:
         return [m for m in self.messages if m.get("type") == "stats"]
 
-    def __enter__(self) -> Receiver:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
