@@ -2,13 +2,10 @@
 from integrations/vllm; tests that need vLLM itself run it from .venv-vllm (`make vllm-install`)
 and skip, saying so, when it is missing."""
 import sys
-from pathlib import Path
 
 import pytest
+from vllm_env import PLUGIN_DIR
 
-ROOT = Path(__file__).resolve().parents[2]
-PLUGIN_DIR = ROOT / "integrations" / "vllm"
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 sys.path.insert(0, str(PLUGIN_DIR))
 
 
@@ -21,10 +18,3 @@ def validate():
         pytest.skip("engine/telemetry.py is schema v1 here; the v2 validator comes with core's "
                     "schema v2 (CONTRACTS.md)")
     return telemetry.validate_record
-
-
-def require_vllm() -> Path:
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"{VLLM_PYTHON.relative_to(ROOT)} is missing: run `make vllm-install` "
-                    "for the tests against a real vLLM")
-    return VLLM_PYTHON
