@@ -11,8 +11,9 @@ Ingest protocol, version 1 (JSON text frames; Batchscope serves it at ``/ingest`
 
    ``info`` carries the fields of Batchscope's ``SourceInfo`` (engine/record_source.py).
 2. server -> client: ``{"type": "welcome"}`` when the token is accepted. Otherwise it closes
-   the connection with code 4401 (bad or missing token) or 4400 (not a valid hello); the
-   client then retries at its longest backoff and logs the refusal once.
+   the connection with code 4401 (bad or missing token), 4400 (not a valid hello) or 4409
+   (another engine is attached); the client then retries at its longest backoff and logs the
+   refusal once.
 3. client -> server, after the welcome, in any order:
    ``{"type": "record", "data": <IterationRecord dict, schema v2>}``, one per engine step in
    step order (``step`` jumps over records dropped on this side), and
@@ -43,7 +44,7 @@ CAPACITY = 256  # records; a few seconds of steps on a busy engine
 BACKOFF = (0.5, 10.0)  # first and longest wait between connection attempts, seconds
 WELCOME_TIMEOUT = 10.0
 STATS_INTERVAL = 1.0
-CLOSE_REFUSED = (4400, 4401)
+CLOSE_REFUSED = (4400, 4401, 4409)
 
 log = logging.getLogger("vllm.batchscope")
 
