@@ -171,3 +171,17 @@ def test_tensor_parallel_2_streams_one_scheduler_with_a_count_only_pool(run_tp2)
     assert engine["tensor_parallel_size"] == 2
     kv = run_tp2.records[0]["kv"]
     assert kv["num_blocks"] > 16384 and kv["ref_counts"] is None and kv["owners"] is None
+
+
+def test_batchscope_engine_generates_the_same_greedy_tokens(run):
+    """Both engines show the same model: vLLM's fp32 greedy tokens equal Batchscope's own for
+    the same prompt tokens, and both tokenize the prompts alike."""
+    from engine import LLM, SamplingParams
+    from vllm_driver import MAX_TOKENS, PROMPTS
+
+    llm = LLM("default", dtype="float32", device="cpu")
+    prompts = [o["prompt_token_ids"] for o in run.outputs]
+    assert prompts == [llm.tokenizer(p)["input_ids"] for p in PROMPTS]
+    ours = llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0,
+                                                ignore_eos=True))
+    assert [list(o.token_ids) for o in ours] == [o["token_ids"] for o in run.outputs]
