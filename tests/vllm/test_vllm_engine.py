@@ -176,8 +176,9 @@ def test_tensor_parallel_2_streams_one_scheduler_with_a_count_only_pool(run_tp2)
 def test_batchscope_engine_generates_the_same_greedy_tokens(run):
     """Both engines show the same model: vLLM's fp32 greedy tokens equal Batchscope's own for
     the same prompt tokens, and both tokenize the prompts alike."""
-    from engine import LLM, SamplingParams
     from vllm_driver import MAX_TOKENS, PROMPTS
+
+    from engine import LLM, SamplingParams
 
     llm = LLM("default", dtype="float32", device="cpu")
     prompts = [o["prompt_token_ids"] for o in run.outputs]
