@@ -120,7 +120,8 @@ class IngestSource:
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._token):
             raise Refused(CLOSE_BAD_TOKEN, "bad or missing ingest token")
         if hello.get("protocol") != PROTOCOL:
-            raise Refused(CLOSE_BAD_HELLO, f"ingest protocol {hello.get('protocol')!r} is not {PROTOCOL}")
+            raise Refused(CLOSE_BAD_HELLO,
+                          f"ingest protocol {hello.get('protocol')!r} is not {PROTOCOL}")
         try:
             return _source_info(hello, self._can_fire)
         except (KeyError, TypeError, ValueError) as exc:

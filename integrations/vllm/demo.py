@@ -2,8 +2,8 @@
 model with the Batchscope plugin on, and the dashboard attaches to it.
 
 Run with Batchscope's python: it resolves the default model's HF directory (engine/loader.py
-dequantises it once), starts vLLM's OpenAI server from vLLM's venv with ``BATCHSCOPE_INGEST`` pointing
-at the dashboard's ingest websocket and a fresh token, reports progress until vLLM answers
+dequantises it once), starts vLLM's OpenAI server from vLLM's venv with ``BATCHSCOPE_INGEST``
+pointing at the dashboard's ingest websocket and a fresh token, reports progress until vLLM answers
 ``/health``, then runs ``app.py --vllm URL --ingest-token TOKEN``. vLLM is stopped on exit.
 The converted model's config.json has ``architectures: null``, so vLLM is told the architecture
 with ``--hf-overrides``.
@@ -49,11 +49,11 @@ def vllm_command(args: argparse.Namespace, model_dir: Path) -> list[str]:
 
 
 def vllm_env(args: argparse.Namespace, token: str) -> dict[str, str]:
-    cores = os.cpu_count() or 1
+    all_cores = f"0-{(os.cpu_count() or 1) - 1}"
     return {**os.environ,
             "BATCHSCOPE_INGEST": f"ws://127.0.0.1:{args.port}/ingest",
             "BATCHSCOPE_INGEST_TOKEN": token,
-            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}"),
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", all_cores),
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
 
 

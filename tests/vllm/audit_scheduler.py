@@ -13,7 +13,8 @@ class AuditScheduler(Scheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._tables: dict[str, list[int]] = {}
-        self._audit = open(os.environ["BATCHSCOPE_AUDIT"], "a")  # noqa: SIM115 (lives with the engine)
+        # one file for the engine's lifetime
+        self._audit = open(os.environ["BATCHSCOPE_AUDIT"], "a")  # noqa: SIM115
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)

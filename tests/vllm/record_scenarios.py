@@ -89,4 +89,5 @@ def large_pool() -> list[dict]:
     return [RecordBuilder(SETTINGS).build(scheduled({"R": (4, 0, 4)}, kv=kv), outcome(["R"]))]
 
 
-SCENARIOS = (article_step, packed_then_fallback, chunked_prefill, preempt_and_resume, finish_and_abort, large_pool)
+SCENARIOS = (article_step, packed_then_fallback, chunked_prefill, preempt_and_resume,
+             finish_and_abort, large_pool)

@@ -107,8 +107,8 @@ def test_the_plugin_sender_streams_into_the_ingest_and_a_wrong_token_is_refused(
         intruder = IngestSender(url, {**HELLO, "token": "guess"}, backoff=(0.05, 0.1)).start()
         wait_until(lambda: source.stats.refused >= 2, "the intruder refused twice")
         intruder.close(timeout=1)
-        sender = IngestSender(url, {k: v for k, v in HELLO.items() if k not in ("type", "protocol")},
-                              backoff=(0.05, 0.2)).start()
+        hello = {k: v for k, v in HELLO.items() if k not in ("type", "protocol")}
+        sender = IngestSender(url, hello, backoff=(0.05, 0.2)).start()
         records = chunked_prefill()
         for record in records:
             sender.submit(record)

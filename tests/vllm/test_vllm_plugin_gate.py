@@ -15,7 +15,8 @@ def test_without_the_ingest_url_register_does_nothing(monkeypatch):
 
 
 @pytest.mark.parametrize("version, url, expected", [
-    ("0.33.0", "ws://127.0.0.1:7860/ingest", "reads vLLM 0.32.x scheduler internals and this is vLLM 0.33.0"),
+    ("0.33.0", "ws://127.0.0.1:7860/ingest",
+     "reads vLLM 0.32.x scheduler internals and this is vLLM 0.33.0"),
     ("0.31.2", "ws://127.0.0.1:7860/ingest", "this is vLLM 0.31.2"),
     ("0.32.0", "http://127.0.0.1:7860/ingest", "is not a ws:// or wss:// URL"),
 ])

@@ -1,8 +1,9 @@
 """Runs in .venv-vllm for the integration test: one offline vLLM run of a Llama model
-(argv: model directory, tensor parallel size) with the plugin on (BATCHSCOPE_INGEST in the environment), a small token budget so prefills
-are chunked and packed with decodes, and the audit scheduler. Prints ``OUTPUTS <json>`` once
-generation is done, then waits for a line on stdin (the test has all records) before exiting:
-the engine-core process is killed at shutdown, so the sender must have flushed by then."""
+(argv: model directory, tensor parallel size) with the plugin on (BATCHSCOPE_INGEST in the
+environment), a small token budget so prefills are chunked and packed with decodes, and the
+audit scheduler. Prints ``OUTPUTS <json>`` once generation is done, then waits for a line on
+stdin (the test has all records) before exiting: the engine-core process is killed at
+shutdown, so the sender must have flushed by then."""
 import json
 import sys
 

@@ -75,9 +75,10 @@ def _attach(scheduler, url: str, token: str | None) -> None:
         from .sender import IngestSender
         from .tap import SchedulerTap, source_info
 
+        rank = scheduler.vllm_config.parallel_config.data_parallel_rank
         hello = {"token": token, "info": source_info(scheduler),
                  "engine": {"name": "vllm", "version": vllm.__version__, "pid": os.getpid(),
-                            "data_parallel_rank": scheduler.vllm_config.parallel_config.data_parallel_rank}}
+                            "data_parallel_rank": rank}}
         sender = IngestSender(url, hello).start()
         SchedulerTap(scheduler, sender.submit).install()
         atexit.register(sender.close)

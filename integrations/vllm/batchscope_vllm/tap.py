@@ -60,9 +60,8 @@ class SchedulerTap:
         self.scheduler = scheduler
         self.sink = sink
         self.builder = RecordBuilder(engine_settings(scheduler))
-        manager = scheduler.kv_cache_manager
-        self._pool = manager.block_pool
-        self._group = manager.coordinator.single_type_managers[0]  # block tables' KV group
+        self._pool = scheduler.kv_cache_manager.block_pool
+        self._group = _block_table_group(scheduler)
         self._block_size = self._group.kv_cache_spec.block_size
         self._owners = OwnerTracker(self._pool.num_gpu_blocks)
         self._pending: deque[_Pending] = deque()
@@ -147,8 +146,9 @@ class SchedulerTap:
         pending = self._pop_pending(scheduler_output)
         if pending is None:
             return
-        finished = {rid: _finish_reason(r) for rid, r in pending.requests.items() if r.is_finished()}
-        states = {rid: _live(r) for rid, r in pending.requests.items() if r.is_finished()}
+        done = {rid: r for rid, r in pending.requests.items() if r.is_finished()}
+        finished = {rid: _finish_reason(r) for rid, r in done.items()}
+        states = {rid: _live(r) for rid, r in done.items()}
         states.update((rid, _live(r)) for rid, r in self.scheduler.requests.items())
         aborted, self._aborted = self._aborted, {}
         for rid, (reason, state) in aborted.items():
@@ -179,6 +179,12 @@ class SchedulerTap:
     def _on_finish(self, requests) -> None:
         for request in requests or ():
             self._aborted[request.request_id] = (_finish_reason(request), _live(request))
+
+
+def _block_table_group(scheduler):
+    """The KV cache group whose block tables the records show: the first (the only one for
+    models with one attention type)."""
+    return scheduler.kv_cache_manager.coordinator.single_type_managers[0]
 
 
 def _computed_and_admitted(output, requests: dict) -> tuple[dict[str, int], dict[str, Admission]]:
@@ -243,7 +249,7 @@ def source_info(scheduler) -> dict:
     config = scheduler.vllm_config
     model = config.model_config
     pool = scheduler.kv_cache_manager.block_pool
-    block_size = scheduler.kv_cache_manager.coordinator.single_type_managers[0].kv_cache_spec.block_size
+    block_size = _block_table_group(scheduler).kv_cache_spec.block_size
     name = model.served_model_name
     name = name[0] if isinstance(name, (list, tuple)) else name
     parallel = config.parallel_config
