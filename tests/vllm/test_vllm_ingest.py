@@ -1,0 +1,120 @@
+"""Batchscope's ingest (viz/ingest.py): token, hello, validation, one engine at a time, and the
+plugin's real sender streaming into it over a loopback websocket (no vLLM needed)."""
+import json
+import logging
+
+import pytest
+from batchscope_vllm.sender import IngestSender
+from fastapi import FastAPI, WebSocket
+from ingest_receiver import wait_until
+from record_scenarios import article_step, chunked_prefill
+from support.server import BackgroundServer
+
+ingest = pytest.importorskip(
+    "viz.ingest", reason="viz/ingest.py needs core's RecordSource (engine/record_source.py)")
+IngestSource, Refused, serve_ingest = ingest.IngestSource, ingest.Refused, ingest.serve_ingest
+
+TOKEN = "s3cret"
+HELLO = {"type": "hello", "protocol": 1, "token": TOKEN,
+         "engine": {"name": "vllm", "version": "0.32.0"},
+         "info": {"model": "SmolLM2", "block_size": 16, "num_kv_blocks": 8, "max_model_len": 512,
+                  "phases": ["schedule", "execute", "update"],
+                  "trace_header": {"engine": {"tensor_parallel_size": 1}}}}
+
+
+def message(kind: str, **fields) -> str:
+    return json.dumps({"type": kind, **fields})
+
+
+@pytest.mark.parametrize("hello, code", [
+    ({**HELLO, "token": "wrong"}, 4401),
+    ({key: value for key, value in HELLO.items() if key != "token"}, 4401),
+    ({**HELLO, "protocol": 2}, 4400),
+    ({**HELLO, "info": {"model": "m"}}, 4400),
+    ("not a hello", 4400),
+])
+def test_bad_hellos_are_refused_with_their_close_code(hello, code):
+    source = IngestSource(TOKEN)
+    with pytest.raises(Refused) as refusal:
+        source.open(hello)
+    assert refusal.value.code == code
+    assert source.status()["state"] == "loading" and source.stats.refused == 1
+
+
+def test_hello_describes_the_source_until_the_engine_goes_and_comes_back():
+    source = IngestSource(TOKEN, can_fire=True)
+    assert source.status()["state"] == "loading" and source.info().model == ""
+    producer = source.open(HELLO)
+    info = source.info()
+    assert (info.engine, info.engine_version, info.model) == ("vllm", "0.32.0", "SmolLM2")
+    assert info.phases == ("schedule", "execute", "update") and info.can_fire
+    assert info.num_kv_blocks == 8 and info.trace_header["engine"]["tensor_parallel_size"] == 1
+    assert source.status()["state"] == "ready" and source.status()["load_seconds"] is not None
+
+    with pytest.raises(Refused) as busy:
+        source.open(HELLO)  # a second engine while the first is attached
+    assert busy.value.code == 4409
+
+    producer.close()
+    assert source.status()["state"] == "dead" and "disconnected" in source.status()["error"]
+    source.open(HELLO)
+    assert source.status() == {**source.status(), "state": "ready", "error": None}
+
+
+def test_valid_records_reach_every_subscriber_and_bad_input_is_counted():
+    source = IngestSource(TOKEN)
+    seen, events = [], []
+
+    def broken(record):
+        raise RuntimeError("a subscriber bug")
+
+    source.subscribe(broken)
+    unsubscribe = source.subscribe(seen.append)
+    source.subscribe_events(events.append)
+    producer = source.open(HELLO)
+    good = chunked_prefill()
+    bad = {**article_step()[0], "num_rows": 7}
+    for record in good:
+        producer.receive(message("record", data=record))
+    for text in (message("record", data=bad), "{not json", message("surprise"), None, b"\x00"):
+        producer.receive(text)
+    producer.receive(message("stats", dropped=5, sent=10))
+    source.publish_event({"kind": "arrival", "request_id": "R"})
+
+    assert [r["step"] for r in seen] == [r["step"] for r in good]
+    assert source.stats.records == 4 and source.stats.invalid == 5
+    assert "num_rows" in source.stats.last_error and source.stats.dropped_by_engine == 5
+    assert source.counts() == {"waiting": 0, "running": 3}
+    assert events == [{"kind": "arrival", "request_id": "R"}]
+    unsubscribe()
+    producer.receive(message("record", data=good[0]))
+    assert len(seen) == 4
+
+
+def test_the_plugin_sender_streams_into_the_ingest_and_a_wrong_token_is_refused(caplog):
+    caplog.set_level(logging.ERROR, logger="vllm.batchscope")
+    source = IngestSource(TOKEN)
+    seen: list[dict] = []
+    source.subscribe(seen.append)
+    app = FastAPI()
+
+    @app.websocket("/ingest")
+    async def ingest(websocket: WebSocket) -> None:
+        await serve_ingest(websocket, source)
+
+    with BackgroundServer(app) as server:
+        url = server.url.replace("http://", "ws://") + "/ingest"
+        intruder = IngestSender(url, {**HELLO, "token": "guess"}, backoff=(0.05, 0.1)).start()
+        wait_until(lambda: source.stats.refused >= 2, "the intruder refused twice")
+        intruder.close(timeout=1)
+        hello = {k: v for k, v in HELLO.items() if k not in ("type", "protocol")}
+        sender = IngestSender(url, hello, backoff=(0.05, 0.2)).start()
+        records = chunked_prefill()
+        for record in records:
+            sender.submit(record)
+        wait_until(lambda: len(seen) == len(records), "the records through the ingest")
+        sender.close(timeout=1)
+        wait_until(lambda: source.status()["state"] == "dead", "the engine's departure")
+    assert intruder.connections == 0 and "refused this engine" in caplog.text
+    assert [r["step"] for r in seen] == [r["step"] for r in records]
+    assert source.info().model == "SmolLM2" and source.stats.invalid == 0
