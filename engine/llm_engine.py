@@ -1,4 +1,4 @@
-"""LLMEngine: the step loop body. schedule -> run -> sample -> update -> one IterationRecord."""
+"""LLMEngine: one step = schedule -> pack -> execute (forward + sample) -> postprocess -> record."""
 from __future__ import annotations
 
 import itertools
@@ -12,11 +12,13 @@ from .detokenizer import IncrementalDetokenizer
 from .loader import load_model
 from .model_runner import ModelRunner
 from .outputs import RequestDelta
+from .packing import PackedStep, pack
 from .prompts import Prepared, Preparer, Prompt
+from .records import request_states, sampled, segments
 from .request import Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
-from .telemetry import PHASES, IterationRecord, RequestState, Segment
+from .telemetry import PHASES, IterationRecord
 from .timing import PhaseTimer
 
 log = logging.getLogger(__name__)
@@ -126,27 +128,32 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> StepResult:
+        """One iteration: schedule, pack and run the step, then its outputs and its record."""
         t_start = time.time()
         timer = PhaseTimer(cuda=self.runner.device.type == "cuda")
         with timer.phase("schedule"):
             sched = self.scheduler.schedule()
-            layout = self._layout(sched)
-        error = None
-        tokens: list[int | None] = [None] * len(sched.scheduled)
-        if sched.scheduled:
-            try:
-                if self._fault is not None:
-                    fault, self._fault = self._fault, None
-                    raise fault
-                tokens = self.runner.execute(sched.scheduled, timer)
-            except Exception as exc:  # one bad step must not kill the engine
-                log.exception("step %d failed", self.step_index)
-                error = f"{type(exc).__name__}: {exc}"
+        with timer.phase("prepare"):
+            packed = pack(sched.scheduled)
+        tokens, error = self._execute(packed, timer)
         with timer.phase("postprocess"):
             deltas = self._postprocess(sched, tokens, error)
-        record = self._record(sched, layout, tokens, timer, t_start, error)
+        record = self._record(sched, packed, tokens, timer, t_start, error)
         self.step_index += 1
         return StepResult(deltas, record)
+
+    def _execute(self, packed: PackedStep, timer: PhaseTimer) -> tuple[list[int | None], str | None]:
+        """The sampled token of each segment, or the error that failed the whole step."""
+        if not packed.num_segments:
+            return [], None
+        try:
+            if self._fault is not None:
+                fault, self._fault = self._fault, None
+                raise fault
+            return self.runner.execute(packed, timer), None
+        except Exception as exc:  # one bad step must not kill the engine
+            log.exception("step %d failed", self.step_index)
+            return [None] * packed.num_segments, f"{type(exc).__name__}: {exc}"
 
     def _postprocess(self, sched: SchedulerOutput, tokens, error: str | None) -> list[RequestDelta]:
         deltas = []
@@ -190,34 +197,10 @@ class LLMEngine:
         self.requests.pop(request.request_id, None)
         self._pending.finished[request.request_id] = reason
 
-    def _layout(self, sched: SchedulerOutput) -> tuple[list[Segment], dict[str, list[int]]]:
-        """The packed layout and block tables, captured before the step changes them."""
-        segments, row, tables = [], 0, {}
-        for item in sched.scheduled:
-            request = item.request
-            first = request.num_computed_tokens
-            segments.append(Segment(request.request_id, item.kind, row, item.num_new_tokens, first,
-                                    first + item.num_new_tokens, request.num_prompt_tokens, False))
-            row += item.num_new_tokens
-            tables[request.request_id] = list(request.block_ids)
-        return segments, tables
-
-    def _record(self, sched: SchedulerOutput, layout, tokens, timer: PhaseTimer, t_start: float,
-                error: str | None) -> IterationRecord:
-        segments, tables = layout
-        sampled: dict[str, int] = {}
-        for segment, token in zip(segments, tokens, strict=True):
-            if token is not None:
-                segment.sampled = True
-                sampled[segment.request_id] = token
-        cu = [0]
-        for segment in segments:
-            cu.append(cu[-1] + segment.num_rows)
+    def _record(self, sched: SchedulerOutput, packed: PackedStep, tokens: list[int | None],
+                timer: PhaseTimer, t_start: float, error: str | None) -> IterationRecord:
         pending, self._pending = self._pending, _Pending()
-        states = {rid: _state(r) for rid, r in self.requests.items()}
-        for request in pending.aborted + [item.request for item in sched.scheduled]:
-            if request.is_finished:
-                states[request.request_id] = _state(request)
+        ended = pending.aborted + [item.request for item in sched.scheduled if item.request.is_finished]
         durations = timer.durations_ms(PHASES)
         t_end = time.time()
         durations["total"] = round((t_end - t_start) * 1e3, 4)
@@ -230,32 +213,20 @@ class LLMEngine:
             policy=config.policy,
             token_budget=config.max_num_batched_tokens,
             chunked_prefill=config.enable_chunked_prefill,
-            num_rows=cu[-1],
-            padded_rows=len(segments) * max((s.num_rows for s in segments), default=0),
-            segments=segments,
-            cu_seqlens_q=cu,
-            seq_lens_k=[s.num_keys for s in segments],
-            block_tables=tables,
+            num_rows=packed.num_rows,
+            padded_rows=packed.padded_rows,
+            segments=segments(packed, tokens),
+            cu_seqlens_q=packed.cu_seqlens_q,
+            seq_lens_k=packed.seq_lens_k,
+            block_tables=dict(zip(packed.request_ids, packed.block_tables, strict=True)),
             kv=self.block_manager.snapshot(),
             admitted=sched.admitted,
             preempted=sched.preempted,
             finished=pending.finished,
             aborted=[r.request_id for r in pending.aborted],
-            sampled=sampled,
-            requests=states,
+            sampled=sampled(packed, tokens),
+            requests=request_states([*self.requests.values(), *ended]),
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
             error=error,
         )
-
-
-def _state(request: Request) -> RequestState:
-    return RequestState(
-        status=request.display_status,
-        num_prompt_tokens=request.num_prompt_tokens,
-        num_computed_tokens=request.num_computed_tokens,
-        num_output_tokens=len(request.output_token_ids),
-        prefill_target=request.prefill_target,
-    )
-
-
