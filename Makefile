@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install run test bench browser clean
+.PHONY: install run lint test bench browser clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,10 @@ install: $(STAMP)
 run: install
 	$(PY) app.py $(ARGS)
 
-test: install
+lint: install
+	$(PY) -m ruff check .
+
+test: install lint
 	$(PY) -m pytest -q tests
 
 bench: install
@@ -33,4 +36,4 @@ browser:
 	  (apt-get update -q && apt-get install -y -q chromium chromium-driver fonts-wqy-microhei)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache

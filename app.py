@@ -18,8 +18,8 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gradio as gr

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 
 from engine import AsyncLLM
 from serve import ApiLimits, install_api
+
 from support.server import BackgroundServer
 
 

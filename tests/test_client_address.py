@@ -9,9 +9,9 @@ from fastapi import FastAPI
 import app as dashboard
 from serve import ApiLimits, install_api
 from serve.proxies import uvicorn_proxy_options
-from support.server import BackgroundServer
 
 from api_server import running_llm
+from support.server import BackgroundServer
 
 TIMEOUT = httpx.Timeout(30.0)
 BODY = {"prompt": "hi", "max_tokens": 2, "stream": True}

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from viz.privacy import HIDDEN_TOKEN
-from viz.trace import (FORMAT_VERSION, Trace, TraceEntry, TraceError, TraceWriter, load_trace,
-                       make_header, write_trace)
+from viz.trace import FORMAT_VERSION, Trace, TraceEntry, TraceError, TraceWriter, load_trace, make_header, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -168,7 +168,7 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._drain, name="batchscope-trace", daemon=True)
         self._thread.start()
 
-    def attach(self, llm) -> "TraceWriter":
+    def attach(self, llm) -> TraceWriter:
         """Record every step and request event of a running ``AsyncLLM``."""
         self._unsubscribe += [llm.subscribe(self.add_record), llm.subscribe_events(self.add_event)]
         return self
@@ -192,7 +192,7 @@ class TraceWriter:
         self._write_line({"type": "end", "records": self.num_records, "events": self.num_events})
         self._file.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:
