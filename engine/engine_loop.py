@@ -59,7 +59,8 @@ class EngineLoop:
         if not self._ready.wait(timeout):
             raise TimeoutError("the model is still loading")
         if self.engine is None:
-            raise RuntimeError(f"the model failed to load: {self.error}")
+            raise RuntimeError(f"the model failed to load: {self.error}" if self.state == "failed"
+                               else f"the engine is {self.state}: {self.error}")
         return self.engine
 
     def ready_engine(self) -> LLMEngine:
@@ -116,16 +117,18 @@ class EngineLoop:
 
     # ---- the engine thread ---------------------------------------------------------------
     def _run(self) -> None:
-        if not self._load():
-            return
         try:
+            if not self._load():
+                return
             while self._round(self.engine):
                 pass
-        except BaseException as exc:  # noqa: BLE001 - whatever kills the thread must show
+        except BaseException as exc:  # whatever kills the thread must show
             log.exception("the engine thread died")
             self._end("dead", f"the engine thread died: {type(exc).__name__}: {exc}", "error")
         else:
             self._end("stopped", "the engine stopped", "abort")
+        finally:
+            self._ready.set()
 
     def _load(self) -> bool:
         try:
@@ -135,7 +138,6 @@ class EngineLoop:
             with self._cond:
                 self.error = f"{type(exc).__name__}: {exc}"
                 self.state = "failed"
-            self._ready.set()
             return False
         with self._cond:
             self.engine = engine
