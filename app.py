@@ -68,7 +68,7 @@ def build_replay_parser() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     from engine.config import POLICIES
-    from serve import add_limit_arguments
+    from serve.limits import add_limit_arguments
 
     parser = argparse.ArgumentParser(
         description=DESCRIPTION, parents=[common_arguments()],
@@ -150,7 +150,8 @@ def hub_lifespan(hub: TelemetryHub, *closers: Callable[[], None]):
 
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
-    from serve import install_api, limits_from_arguments
+    from serve.limits import limits_from_arguments
+    from serve.openai_api import install_api
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)

@@ -3,7 +3,7 @@
 Names are imported lazily (PEP 562) so that ``engine.telemetry`` can be used without torch,
 e.g. by replay mode, which shows a recorded run with no model loaded.
 """
-from .lazy import lazy_exports
+from importlib import import_module
 
 _EXPORTS = {
     "LLM": ".llm",
@@ -25,4 +25,9 @@ _EXPORTS = {
     "SCHEMA_VERSION": ".telemetry",
 }
 __all__ = list(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name], __name__), name)

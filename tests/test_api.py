@@ -9,7 +9,8 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from serve import ApiLimits, add_limit_arguments, install_api, limits_from_arguments
+from serve.limits import ApiLimits, add_limit_arguments, limits_from_arguments
+from serve.openai_api import install_api
 
 from api_server import api_url, running_llm
 from support.server import BackgroundServer

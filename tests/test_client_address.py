@@ -7,7 +7,8 @@ import pytest
 from fastapi import FastAPI
 
 import app as dashboard
-from serve import ApiLimits, install_api
+from serve.limits import ApiLimits
+from serve.openai_api import install_api
 from serve.proxies import uvicorn_proxy_options
 
 from api_server import running_llm

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from engine import AsyncLLM, SamplingParams
-from serve import ApiLimits
+from serve.limits import ApiLimits
 
 from api_server import api_url, running_llm
 
