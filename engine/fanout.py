@@ -52,15 +52,15 @@ class Fanout:
             for delta in deltas:
                 if delta.finished:
                     self._streams.pop(delta.request_id, None)
-        for stream, delta in streams:
-            if stream is not None:
-                stream.put(delta)
         self.board.update({d.request_id: "finished" for d in deltas if d.finished})
-        if self._listeners["event"]:
+        if self._listeners["event"]:  # before the streams: a reader who saw the end finds it here
             now = time.time()
             for d in deltas:
                 self._emit(RequestEvent("delta", d.request_id, now, token_ids=d.token_ids, text=d.text,
                                         finished=d.finished, finish_reason=d.finish_reason, error=d.error))
+        for stream, delta in streams:
+            if stream is not None:
+                stream.put(delta)
 
     def fail(self, request_ids: list[str], reason: str, message: str) -> None:
         """End these requests' streams with ``reason`` ("error" or "abort") and ``message``."""

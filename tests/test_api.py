@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 
 import httpx
 import openai
@@ -144,8 +145,14 @@ BAD_INPUTS = [
 
 def test_bad_inputs_get_openai_errors_while_a_stream_finishes_intact(url, llm):
     llm.set_min_step_interval(0.01)  # the stream below outlives the whole matrix
-    records = []
-    unsubscribe = llm.subscribe(records.append)
+    finished, ended = {}, threading.Condition()
+
+    def on_record(record: dict) -> None:  # a step's record follows its deltas
+        with ended:
+            finished.update(record["finished"])
+            ended.notify_all()
+
+    unsubscribe = llm.subscribe(on_record)
     with httpx.Client(base_url=url, timeout=TIMEOUT) as client:
         with client.stream("POST", COMPLETIONS, json=completion(max_tokens=32, stream=True, seed=1)) as stream:
             assert stream.status_code == 200
@@ -161,8 +168,10 @@ def test_bad_inputs_get_openai_errors_while_a_stream_finishes_intact(url, llm):
     chunks = [json.loads(e) for e in events[:-1]]
     assert all("error" not in c for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    with ended:
+        assert ended.wait_for(lambda: chunks[0]["id"] in finished, timeout=30)
     unsubscribe()
-    assert {rid: reason for r in records for rid, reason in r["finished"].items()}[chunks[0]["id"]] == "length"
+    assert finished[chunks[0]["id"]] == "length"
 
 
 def test_unknown_fields_are_ignored(url):
