@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install run test bench browser clean vllm-install vllm-demo
+.PHONY: install run lint test bench browser clean vllm-install vllm-demo
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,10 @@ install: $(STAMP)
 run: install
 	$(PY) app.py $(ARGS)
 
-test: install
+lint: install
+	$(PY) -m ruff check .
+
+test: install lint
 	$(PY) -m pytest -q tests
 
 bench: install
@@ -57,4 +60,4 @@ vllm-demo: install vllm-install
 	$(PY) integrations/vllm/demo.py --vllm-python $(VLLM_PY) $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

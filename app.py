@@ -18,14 +18,15 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
+from serve.proxies import add_proxy_argument, uvicorn_proxy_options
 from viz.hub import TelemetryHub
 from viz.presenter import PresenterAccess
 from viz.presets import load_presets
@@ -55,6 +56,7 @@ def common_arguments() -> argparse.ArgumentParser:
     parser.add_argument("--replay", metavar="TRACE",
                         help="replay a recorded trace (.jsonl or .jsonl.gz) with no model: "
                              "python app.py --replay TRACE [--host H] [--port P]")
+    add_proxy_argument(parser)
     return parser
 
 
@@ -66,7 +68,7 @@ def build_replay_parser() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     from engine.config import POLICIES
-    from serve import add_limit_arguments
+    from serve.limits import add_limit_arguments
 
     parser = argparse.ArgumentParser(
         description=DESCRIPTION, parents=[common_arguments()],
@@ -148,7 +150,8 @@ def hub_lifespan(hub: TelemetryHub, *closers: Callable[[], None]):
 
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
-    from serve import install_api, limits_from_arguments
+    from serve.limits import limits_from_arguments
+    from serve.openai_api import install_api
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
@@ -213,11 +216,8 @@ def main(argv: list[str] | None = None) -> None:
             what += f", recording to {args.record}"
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
-    # Behind a Space's proxy every client has the proxy's address: trust X-Forwarded-For there,
-    # so per-client API limits count real clients.
-    forwarded = "*" if os.environ.get("SPACE_ID") else None
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                proxy_headers=True, forwarded_allow_ips=forwarded)
+                **uvicorn_proxy_options(args.forwarded_allow_ips))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ from pathlib import Path
 import torch
 
 from .peers import PeerContext
-from .report import (TargetResult, markdown_tables, scheduling_targets, target_dicts, targets_table,
-                     write_json)
+from .report import TargetResult, markdown_tables, scheduling_targets, target_dicts, targets_table, write_json
 from .runner import run_benchmark
 from .settings import GPU, TINY
 

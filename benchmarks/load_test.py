@@ -110,7 +110,7 @@ async def viewer(url: str, stop: asyncio.Event, counts: list[int], index: int) -
                 try:
                     await asyncio.wait_for(ws.recv(), timeout=0.5)
                     counts[index] += 1
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
     except Exception as exc:  # reported, not fatal: the requests are what is under test
         counts[index] = -1

@@ -20,7 +20,7 @@ class ModelShapes:
     vocab: int
 
     @classmethod
-    def from_config(cls, config) -> "ModelShapes":
+    def from_config(cls, config) -> ModelShapes:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
                    config.num_attention_heads, config.num_key_value_heads, head_dim, config.vocab_size)

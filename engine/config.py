@@ -36,7 +36,7 @@ class EngineConfig:
     cuda_graphs: bool | None = None  # decode-only steps replayed from CUDA graphs; None: on CUDA
 
     @classmethod
-    def from_kwargs(cls, **kwargs) -> "EngineConfig":
+    def from_kwargs(cls, **kwargs) -> EngineConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:

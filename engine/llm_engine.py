@@ -1,4 +1,4 @@
-"""LLMEngine: the step loop body. schedule -> run -> sample -> update -> one IterationRecord."""
+"""LLMEngine: one step = schedule -> pack -> execute (forward + sample) -> postprocess -> record."""
 from __future__ import annotations
 
 import itertools
@@ -12,14 +12,16 @@ from .detokenizer import IncrementalDetokenizer
 from .loader import load_model
 from .model_runner import ModelRunner
 from .outputs import RequestDelta
+from .packing import PackedStep, pack
+from .prompts import Prepared, Preparer, Prompt
+from .records import request_states, sampled, segments
 from .request import Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
-from .telemetry import PHASES, IterationRecord, RequestState, Segment
+from .telemetry import PHASES, IterationRecord
 from .timing import PhaseTimer
 
 log = logging.getLogger(__name__)
-Prompt = str | list[int]
 
 
 @dataclass
@@ -54,6 +56,8 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.runner = ModelRunner(self.loaded, self.config)
+        self.preparer = Preparer(self.tokenizer, self.vocab_size, self.config.max_model_len,
+                                 self.config.block_size, self.config.num_kv_blocks)
         self.requests: dict[str, Request] = {}
         self.step_index = 0
         self._ids = itertools.count()
@@ -62,53 +66,24 @@ class LLMEngine:
 
     # ---- requests ------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt, validated against the vocabulary and ``max_model_len``."""
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("prompt: this model has no tokenizer; pass a list of token ids")
-            token_ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, (list, tuple)):
-            token_ids = list(prompt)
-            bad = next((t for t in token_ids if not _is_token(t, self.vocab_size)), None)
-            if bad is not None:
-                raise ValueError(
-                    f"prompt: token id {bad!r} is outside the vocabulary [0, {self.vocab_size})"
-                )
-        else:
-            raise ValueError(f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}")
-        if not token_ids:
-            raise ValueError("prompt: must contain at least one token")
-        limit = self.config.max_model_len
-        if len(token_ids) >= limit:
-            raise ValueError(
-                f"prompt: {len(token_ids)} tokens, but max_model_len is {limit} "
-                "(the prompt must leave room for at least one generated token)"
-            )
-        return token_ids
+        """(The dashboard's firing path, until it moves to ``AsyncLLM.prepare``.)"""
+        return self.preparer.tokenize(prompt)
 
     def check_fits(self, num_prompt_tokens: int, params: SamplingParams) -> None:
-        """Reject a request whose longest possible run could never fit the KV pool."""
-        longest = min(num_prompt_tokens + params.max_tokens, self.config.max_model_len) - 1
-        needed = self.block_manager.blocks_needed(longest)
-        if needed > self.config.num_kv_blocks:
-            raise ValueError(
-                f"request needs up to {needed} KV blocks ({longest} tokens) but the pool has "
-                f"num_kv_blocks={self.config.num_kv_blocks}; lower max_tokens or the prompt"
-            )
+        self.preparer.check_fits(num_prompt_tokens, params)
 
-    def make_request(self, prompt: Prompt, params: SamplingParams | None = None,
+    def make_request(self, prompt: Prompt | Prepared, params: SamplingParams | None = None,
                      request_id: str | None = None) -> Request:
-        """Validate and build a request without touching engine state (any thread)."""
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling_params: expected SamplingParams, got {type(params).__name__}")
-        params.validate()
-        token_ids = self.tokenize(prompt)
-        self.check_fits(len(token_ids), params)
-        request_id = request_id or f"r{next(self._ids)}"
+        """Validate (unless ``prompt`` is already Prepared) and build a request without
+        touching engine state (any thread)."""
+        if not isinstance(prompt, Prepared):
+            prompt = self.preparer.prepare(prompt, params)
+        elif params is not None:
+            raise ValueError("sampling_params: a Prepared prompt carries its own")
+        params = prompt.params
         request = Request(
-            request_id=request_id,
-            prompt_token_ids=token_ids,
+            request_id=request_id or f"r{next(self._ids)}",
+            prompt_token_ids=list(prompt.token_ids),
             sampling_params=params,
             detokenizer=IncrementalDetokenizer(self.tokenizer, list(params.stop)),
             eos_token_ids=frozenset() if params.ignore_eos else self.loaded.eos_token_ids,
@@ -139,9 +114,6 @@ class LLMEngine:
         self._pending.finished[request_id] = reason
         return RequestDelta(request_id, [], request.detokenizer.finish(), True, reason)
 
-    def detokenize(self, token_ids: list[int]) -> str | None:
-        return self.tokenizer.decode(token_ids) if self.tokenizer is not None else None
-
     @property
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work
@@ -156,27 +128,32 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> StepResult:
+        """One iteration: schedule, pack and run the step, then its outputs and its record."""
         t_start = time.time()
         timer = PhaseTimer(cuda=self.runner.device.type == "cuda")
         with timer.phase("schedule"):
             sched = self.scheduler.schedule()
-            layout = self._layout(sched)
-        error = None
-        tokens: list[int | None] = [None] * len(sched.scheduled)
-        if sched.scheduled:
-            try:
-                if self._fault is not None:
-                    fault, self._fault = self._fault, None
-                    raise fault
-                tokens = self.runner.execute(sched.scheduled, timer)
-            except Exception as exc:  # one bad step must not kill the engine
-                log.exception("step %d failed", self.step_index)
-                error = f"{type(exc).__name__}: {exc}"
+        with timer.phase("prepare"):
+            packed = pack(sched.scheduled)
+        tokens, error = self._execute(packed, timer)
         with timer.phase("postprocess"):
             deltas = self._postprocess(sched, tokens, error)
-        record = self._record(sched, layout, tokens, timer, t_start, error)
+        record = self._record(sched, packed, tokens, timer, t_start, error)
         self.step_index += 1
         return StepResult(deltas, record)
+
+    def _execute(self, packed: PackedStep, timer: PhaseTimer) -> tuple[list[int | None], str | None]:
+        """The sampled token of each segment, or the error that failed the whole step."""
+        if not packed.num_segments:
+            return [], None
+        try:
+            if self._fault is not None:
+                fault, self._fault = self._fault, None
+                raise fault
+            return self.runner.execute(packed, timer), None
+        except Exception as exc:  # one bad step must not kill the engine
+            log.exception("step %d failed", self.step_index)
+            return [None] * packed.num_segments, f"{type(exc).__name__}: {exc}"
 
     def _postprocess(self, sched: SchedulerOutput, tokens, error: str | None) -> list[RequestDelta]:
         deltas = []
@@ -220,34 +197,10 @@ class LLMEngine:
         self.requests.pop(request.request_id, None)
         self._pending.finished[request.request_id] = reason
 
-    def _layout(self, sched: SchedulerOutput) -> tuple[list[Segment], dict[str, list[int]]]:
-        """The packed layout and block tables, captured before the step changes them."""
-        segments, row, tables = [], 0, {}
-        for item in sched.scheduled:
-            request = item.request
-            first = request.num_computed_tokens
-            segments.append(Segment(request.request_id, item.kind, row, item.num_new_tokens, first,
-                                    first + item.num_new_tokens, request.num_prompt_tokens, False))
-            row += item.num_new_tokens
-            tables[request.request_id] = list(request.block_ids)
-        return segments, tables
-
-    def _record(self, sched: SchedulerOutput, layout, tokens, timer: PhaseTimer, t_start: float,
-                error: str | None) -> IterationRecord:
-        segments, tables = layout
-        sampled: dict[str, int] = {}
-        for segment, token in zip(segments, tokens, strict=True):
-            if token is not None:
-                segment.sampled = True
-                sampled[segment.request_id] = token
-        cu = [0]
-        for segment in segments:
-            cu.append(cu[-1] + segment.num_rows)
+    def _record(self, sched: SchedulerOutput, packed: PackedStep, tokens: list[int | None],
+                timer: PhaseTimer, t_start: float, error: str | None) -> IterationRecord:
         pending, self._pending = self._pending, _Pending()
-        states = {rid: _state(r) for rid, r in self.requests.items()}
-        for request in pending.aborted + [item.request for item in sched.scheduled]:
-            if request.is_finished:
-                states[request.request_id] = _state(request)
+        ended = pending.aborted + [item.request for item in sched.scheduled if item.request.is_finished]
         durations = timer.durations_ms(PHASES)
         t_end = time.time()
         durations["total"] = round((t_end - t_start) * 1e3, 4)
@@ -260,34 +213,20 @@ class LLMEngine:
             policy=config.policy,
             token_budget=config.max_num_batched_tokens,
             chunked_prefill=config.enable_chunked_prefill,
-            num_rows=cu[-1],
-            padded_rows=len(segments) * max((s.num_rows for s in segments), default=0),
-            segments=segments,
-            cu_seqlens_q=cu,
-            seq_lens_k=[s.num_keys for s in segments],
-            block_tables=tables,
+            num_rows=packed.num_rows,
+            padded_rows=packed.padded_rows,
+            segments=segments(packed, tokens),
+            cu_seqlens_q=packed.cu_seqlens_q,
+            seq_lens_k=packed.seq_lens_k,
+            block_tables=dict(zip(packed.request_ids, packed.block_tables, strict=True)),
             kv=self.block_manager.snapshot(),
             admitted=sched.admitted,
             preempted=sched.preempted,
             finished=pending.finished,
             aborted=[r.request_id for r in pending.aborted],
-            sampled=sampled,
-            requests=states,
+            sampled=sampled(packed, tokens),
+            requests=request_states([*self.requests.values(), *ended]),
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
             error=error,
         )
-
-
-def _state(request: Request) -> RequestState:
-    return RequestState(
-        status=request.display_status,
-        num_prompt_tokens=request.num_prompt_tokens,
-        num_computed_tokens=request.num_computed_tokens,
-        num_output_tokens=len(request.output_token_ids),
-        prefill_target=request.prefill_target,
-    )
-
-
-def _is_token(value, vocab_size: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size

@@ -62,8 +62,8 @@ def resolve_model_dir(model: str) -> tuple[str, Path]:
 
 
 def _gguf_to_dir(gguf: Path) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     stat = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]

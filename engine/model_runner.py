@@ -27,8 +27,8 @@ from .attention import StepLayout, make_backend
 from .config import EngineConfig
 from .cuda_graphs import Capture, DecodeGraphs, GraphKey, cuda_capture_factory, graph_batch_sizes
 from .loader import LoadedModel
+from .packing import PackedStep
 from .sampler import Sampler
-from .scheduler import ScheduledRequest
 from .timing import PhaseTimer
 
 log = logging.getLogger(__name__)
@@ -94,63 +94,41 @@ class ModelRunner:
     def _attention_kernels(self):
         return sdpa_kernel(CUDA_SDPA_BACKENDS) if self.device.type == "cuda" else contextlib.nullcontext()
 
-    def _graph_for(self, scheduled: list[ScheduledRequest], layout: StepLayout) -> GraphKey | None:
+    def _graph_for(self, packed: PackedStep, layout: StepLayout) -> GraphKey | None:
         """The captured graph that runs this step: only steps whose every segment is one
         sampled row (decodes, or one-token prompts)."""
-        if self.decode_graphs is None or not all(
-            s.num_new_tokens == 1 and s.completes_prefill for s in scheduled
-        ):
+        decode_only = packed.num_rows == packed.num_segments == len(packed.sample_at)
+        if self.decode_graphs is None or not decode_only:
             return None
-        return self.decode_graphs.key_for(len(scheduled), layout.block_table.shape[1])
+        return self.decode_graphs.key_for(packed.num_segments, layout.block_table.shape[1])
 
-    def layout(self, scheduled: list[ScheduledRequest]) -> tuple[list[int], torch.Tensor, StepLayout]:
-        """Token ids, positions and the attention layout of the packed batch."""
-        token_ids: list[int] = []
-        cu_seqlens_q = [0]
-        num_cached: list[int] = []
-        seq_lens_k: list[int] = []
-        block_tables: list[list[int]] = []
-        for item in scheduled:
-            request = item.request
-            start = request.num_computed_tokens
-            end = start + item.num_new_tokens
-            if end - start == 1:  # a decode: no need to build prompt + output
-                token_ids.append(request.token_at(start))
-            elif end <= request.num_prompt_tokens:
-                token_ids.extend(request.prompt_token_ids[start:end])
-            else:
-                token_ids.extend(request.all_token_ids[start:end])
-            cu_seqlens_q.append(cu_seqlens_q[-1] + item.num_new_tokens)
-            num_cached.append(start)
-            seq_lens_k.append(end)
-            block_tables.append(request.block_ids)
+    def tensors(self, packed: PackedStep) -> tuple[torch.Tensor, torch.Tensor, StepLayout]:
+        """The packed step on the device: input ids, positions and the attention layout (row
+        ``r`` of segment ``i`` sits at position ``num_cached[i] + r - cu_seqlens_q[i]`` and
+        writes its K/V to slot ``block_table[i][position // block_size] * block_size +
+        position % block_size``); built with tensor ops, no loop over tokens."""
         device = self.device
-        rows = cu_seqlens_q[-1]
-        counts = torch.tensor([s.num_new_tokens for s in scheduled], device=device)
-        segment = torch.repeat_interleave(torch.arange(len(scheduled), device=device), counts)
-        first_row = torch.tensor(cu_seqlens_q[:-1], device=device)
-        first_pos = torch.tensor(num_cached, device=device)
-        positions = torch.arange(rows, device=device) - first_row[segment] + first_pos[segment]
-        width = max(len(t) for t in block_tables)
-        tables = torch.tensor([t + [t[0]] * (width - len(t)) for t in block_tables], device=device)
+        query_lens = torch.tensor([packed.query_len(i) for i in range(packed.num_segments)], device=device)
+        segment = torch.repeat_interleave(torch.arange(packed.num_segments, device=device), query_lens)
+        first_row = torch.tensor(packed.cu_seqlens_q[:-1], device=device)
+        first_pos = torch.tensor(packed.num_cached, device=device)
+        positions = torch.arange(packed.num_rows, device=device) - first_row[segment] + first_pos[segment]
+        width = max(len(t) for t in packed.block_tables)
+        tables = torch.tensor([t + [t[0]] * (width - len(t)) for t in packed.block_tables], device=device)
         bs = self.block_size
         slot_mapping = tables[segment, positions // bs] * bs + positions % bs
-        layout = StepLayout(cu_seqlens_q, num_cached, seq_lens_k, tables, slot_mapping)
-        return token_ids, positions, layout
+        layout = StepLayout(packed.cu_seqlens_q, packed.num_cached, packed.seq_lens_k, tables, slot_mapping)
+        return torch.tensor(packed.token_ids, device=device), positions, layout
 
     @torch.inference_mode()
-    def execute(self, scheduled: list[ScheduledRequest], timer: PhaseTimer) -> list[int | None]:
+    def execute(self, packed: PackedStep, timer: PhaseTimer) -> list[int | None]:
         """Run the step; return the sampled token of each segment (None: prefill chunk)."""
         with timer.phase("prepare", device_work=True):
-            token_ids, positions, layout = self.layout(scheduled)
-            input_ids = torch.tensor(token_ids, device=self.device)
-            sample_at = [i for i, s in enumerate(scheduled) if s.completes_prefill]
-            graph = self._graph_for(scheduled, layout)
+            input_ids, positions, layout = self.tensors(packed)
+            graph = self._graph_for(packed, layout)
             if graph is None:
                 plan = self.backend.plan(layout, self.device)
-                logits_rows = torch.tensor(
-                    [layout.cu_seqlens_q[i + 1] - 1 for i in sample_at], dtype=torch.long, device=self.device
-                )
+                logits_rows = torch.tensor(packed.logits_rows, dtype=torch.long, device=self.device)
         with timer.phase("forward", device_work=True):
             if graph is not None:
                 hidden = self.decode_graphs.run(graph, input_ids, positions, layout)
@@ -158,11 +136,14 @@ class ModelRunner:
                 hidden = self._hidden_states(input_ids, positions, plan)[logits_rows]
             logits = self.model.compute_logits(hidden)
         with timer.phase("sample", device_work=True):
-            requests = [scheduled[i].request for i in sample_at]
-            sampled = self.sampler(
-                logits, [r.sampling_params for r in requests], [r.generator for r in requests]
-            ) if sample_at else []
-        tokens: list[int | None] = [None] * len(scheduled)
-        for i, token in zip(sample_at, sampled, strict=True):
+            sampled = self._sample(logits, packed)
+        tokens: list[int | None] = [None] * packed.num_segments
+        for i, token in zip(packed.sample_at, sampled, strict=True):
             tokens[i] = token
         return tokens
+
+    def _sample(self, logits: torch.Tensor, packed: PackedStep) -> list[int]:
+        if not packed.sample_at:
+            return []
+        params, generators = zip(*packed.sampling, strict=True)
+        return self.sampler(logits, list(params), list(generators))

@@ -4,6 +4,7 @@ On CPU each phase is timed with ``perf_counter``. On CUDA a phase records a pair
 they are read in ``durations_ms``, normally after the step's sampler has already synchronised
 (it copies the sampled tokens to the host), so timing costs no extra stall. Only a step of
 prefill chunks alone samples nothing; reading its events then waits for its forward pass.
+A phase timed both ways (host packing, then device work, both "prepare") adds the two.
 """
 from __future__ import annotations
 
@@ -36,5 +37,5 @@ class PhaseTimer:
         out = {name: round(self._cpu.get(name, 0.0), 4) for name in phases}
         for name, (start, end) in self._events.items():
             end.synchronize()  # normally already reached (see the module note)
-            out[name] = round(start.elapsed_time(end), 4)
+            out[name] = round(self._cpu.get(name, 0.0) + start.elapsed_time(end), 4)
         return out

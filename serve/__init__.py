@@ -1,5 +1,5 @@
-"""Batchscope's OpenAI-compatible HTTP API, installed beside the dashboard on one FastAPI app."""
-from .limits import ApiLimits, add_limit_arguments, limits_from_arguments
-from .openai_api import install_api
+"""Batchscope's OpenAI-compatible HTTP API, installed beside the dashboard on one FastAPI app.
 
-__all__ = ["install_api", "ApiLimits", "add_limit_arguments", "limits_from_arguments"]
+Import from the modules: ``serve.openai_api.install_api``, ``serve.limits`` (ApiLimits and
+their flags), ``serve.proxies`` (which client a request is from; no torch, replay uses it).
+"""

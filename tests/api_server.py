@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from fastapi import FastAPI
 
 from engine import AsyncLLM
-from serve import ApiLimits, install_api
+from serve.limits import ApiLimits
+from serve.openai_api import install_api
+
 from support.server import BackgroundServer
 
 

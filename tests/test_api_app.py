@@ -10,6 +10,7 @@ import pytest
 import websockets
 
 import app as dashboard
+
 from support.server import BackgroundServer
 
 GARBAGE = [

@@ -10,7 +10,8 @@ import pytest
 from fastapi import FastAPI
 
 from engine import AsyncLLM
-from serve import ApiLimits, install_api
+from serve.limits import ApiLimits
+from serve.openai_api import install_api
 
 from api_server import api_url, running_llm
 

@@ -11,6 +11,7 @@ import pytest
 
 import app as dashboard
 from viz.captions import VIEWS
+
 from support.server import BackgroundServer
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import LLM, SamplingParams
+
 from hf_reference import compare, hf_greedy, load_hf
 from tiny_models import FAMILIES
 

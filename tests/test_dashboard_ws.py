@@ -11,6 +11,7 @@ import app as dashboard
 from engine.telemetry import validate_record
 from viz.firing import Knobs, fire, plan_shot
 from viz.presets import load_presets
+
 from support.server import BackgroundServer
 
 OWNER = "owner-under-test"
@@ -38,7 +39,7 @@ async def collect(url: str, owner: str | None, until, timeout: float) -> list[di
         while time.monotonic() < deadline and not until(messages):
             try:
                 messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     return messages
 

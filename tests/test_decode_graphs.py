@@ -10,6 +10,7 @@ import pytest
 
 from engine import LLM, SamplingParams
 from engine.cuda_graphs import DecodeGraphs, GraphKey, graph_batch_sizes
+
 from hf_reference import compare, hf_greedy, load_hf
 
 

@@ -9,9 +9,10 @@ import sys
 import pytest
 import torch
 
-import fake_flash_attn
 from engine.attention import StepLayout, make_backend
 from engine.config import flash_attn_available
+
+import fake_flash_attn
 
 
 @pytest.fixture(params=["cuda", "cpu-fake"])

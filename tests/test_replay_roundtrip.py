@@ -13,9 +13,10 @@ from viz.hub import TelemetryHub
 from viz.privacy import PUBLIC
 from viz.recording import Recorder
 from viz.replay import HubReplay
-from support.server import BackgroundServer
 from viz.trace import load_trace
 from viz.web import install_routes
+
+from support.server import BackgroundServer
 
 
 def serve(hub: TelemetryHub) -> BackgroundServer:
@@ -35,7 +36,7 @@ async def watch(server: BackgroundServer, action, done, timeout: float = 60) -> 
         while time.monotonic() < deadline and not done(messages):
             try:
                 messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     return messages
 

@@ -16,8 +16,9 @@ import pytest
 
 from viz.captions import VIEWS
 from viz.export import summarize, to_html_report
-from support.server import free_port
 from viz.trace import load_trace
+
+from support.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
@@ -188,8 +189,9 @@ def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):
 
 
 def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model_dir):
-    import app as dashboard
     from selenium.webdriver.common.by import By
+
+    import app as dashboard
 
     from support.server import BackgroundServer
 

@@ -71,6 +71,7 @@ def test_a_visitor_recording_holds_only_their_text(recordings):
 def test_app_record_flag_writes_the_whole_run_until_shutdown(tiny_model_dir, tmp_path):
     import app as dashboard
     from engine import SamplingParams
+
     from support.server import BackgroundServer
 
     path = tmp_path / "run.jsonl.gz"

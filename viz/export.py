@@ -328,7 +328,7 @@ def _engine_brief(engine: dict) -> dict:
 
 
 def _utc(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _fmt(value) -> str:

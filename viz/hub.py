@@ -76,7 +76,7 @@ class TelemetryHub:
         started = time.monotonic()
         self.set_status_provider(lambda: _engine_status(llm, started))
         unsubscribe_records = llm.subscribe(self._accept_record)
-        unsubscribe_events = llm.subscribe_events(lambda event: self.publish_event(event.to_dict()))
+        unsubscribe_events = llm.subscribe_events(self.publish_event)
 
         def detach() -> None:
             unsubscribe_records()

@@ -168,7 +168,7 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._drain, name="batchscope-trace", daemon=True)
         self._thread.start()
 
-    def attach(self, llm) -> "TraceWriter":
+    def attach(self, llm) -> TraceWriter:
         """Record every step and request event of a running ``AsyncLLM``."""
         self._unsubscribe += [llm.subscribe(self.add_record), llm.subscribe_events(self.add_event)]
         return self
@@ -192,7 +192,7 @@ class TraceWriter:
         self._write_line({"type": "end", "records": self.num_records, "events": self.num_events})
         self._file.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -321,9 +321,9 @@ def _check_header(obj: dict, at: str) -> dict:
     if version < FORMAT_VERSION:
         raise TraceError(f"{at}: trace format version {version} is no longer supported "
                          f"(this Batchscope reads version {FORMAT_VERSION}); record it again")
-    if obj.get("schema_version") != schema.SCHEMA_VERSION:
+    if obj.get("schema_version") not in schema.SCHEMA_VERSIONS:
         raise TraceError(f"{at}: telemetry schema_version {obj.get('schema_version')!r} is not "
-                         f"{schema.SCHEMA_VERSION}")
+                         f"one of {schema.SCHEMA_VERSIONS}")
     missing = [k for k in ("started_at", "text", "model", "engine", "hardware") if k not in obj]
     if missing:
         raise TraceError(f"{at}: header is missing {missing}")
