@@ -8,6 +8,7 @@ from batchscope_vllm.sender import IngestSender
 from fastapi import FastAPI, WebSocket
 from ingest_receiver import wait_until
 from record_scenarios import article_step, chunked_prefill
+
 from support.server import BackgroundServer
 
 ingest = pytest.importorskip(

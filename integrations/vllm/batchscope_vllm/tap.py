@@ -196,7 +196,7 @@ def _computed_and_admitted(output, requests: dict) -> tuple[dict[str, int], dict
         num_computed[new.req_id] = new.num_computed_tokens
         admitted[new.req_id] = Admission(new.num_computed_tokens, requests[new.req_id].num_tokens)
     cached = output.scheduled_cached_reqs
-    num_computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+    num_computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
     for rid in cached.resumed_req_ids:
         admitted[rid] = Admission(num_computed[rid], requests[rid].num_tokens)
     return num_computed, admitted
