@@ -183,12 +183,12 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
     firing = Firing(llm, hub)
-    hub.attach(llm, pending=firing.pending)
+    detach = hub.attach(llm, pending=firing.pending)
     recorder = Recorder(llm, hub)
     if args.record:
         recorder.record_run(args.record)
 
-    app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, llm.shutdown))
+    app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, detach, llm.shutdown))
     install_transports(app, SharedChannel(hub), identity)
     install_api(app, llm, limits_from_arguments(args))  # before Gradio takes "/" and shadows it
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))

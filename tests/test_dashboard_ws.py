@@ -139,3 +139,28 @@ def test_the_gradio_page_gives_the_visitor_whose_shots_they_read(dashboard_serve
     assert finished(mine) and entry["mine"] and entry["label"] == "a question of my own"
     other = next(e for e in stranger[0]["requests"] if e["request_id"] == rid)
     assert not other["mine"] and other["label"] is None and other["text"] == ""
+
+
+def test_stopping_the_server_removes_every_engine_subscription(tiny_model_dir, monkeypatch):
+    from engine import AsyncLLM
+
+    live = []
+
+    def counted(method):
+        def subscribe(self, callback):
+            unsubscribe = method(self, callback)
+            live.append(callback)
+
+            def remove():
+                live.remove(callback)
+                unsubscribe()
+            return remove
+        return subscribe
+
+    monkeypatch.setattr(AsyncLLM, "subscribe", counted(AsyncLLM.subscribe))
+    monkeypatch.setattr(AsyncLLM, "subscribe_events", counted(AsyncLLM.subscribe_events))
+    server, llm, _, _ = start(tiny_model_dir)
+    with server:
+        llm.wait_ready(120)
+        assert any(c.__module__.startswith("viz.") for c in live)  # the hub watches the engine
+    assert [c for c in live if c.__module__.startswith("viz.")] == []
