@@ -61,6 +61,7 @@ def request_timelines(trace: Trace) -> dict[str, RequestTimeline]:
             if data["kind"] == "arrival" and data["request_id"] not in timelines:
                 timelines[data["request_id"]] = RequestTimeline(
                     data["request_id"], data["time"], data["num_prompt_tokens"])
+        if entry.kind != "record":
             continue
         for rid, state in data["requests"].items():  # requests that arrived before recording
             if rid not in timelines:
@@ -94,6 +95,7 @@ class RunSummary:
     preemptions: int
     prefix_hit_tokens: int
     prefill_chunks: int
+    lost_steps: list[int] = field(default_factory=list)  # records the recording could not write
 
 
 def summarize(trace: Trace, timelines: dict[str, RequestTimeline] | None = None) -> RunSummary:
@@ -118,6 +120,7 @@ def summarize(trace: Trace, timelines: dict[str, RequestTimeline] | None = None)
         preemptions=sum(t.preemptions for t in timelines.values()),
         prefix_hit_tokens=sum(t.prefix_hit_tokens for t in timelines.values()),
         prefill_chunks=sum(s["kind"] == "prefill_chunk" for r in records for s in r["segments"]),
+        lost_steps=trace.lost_steps,
     )
 
 
@@ -131,7 +134,7 @@ def _quantile(values: list[float], q: float) -> float | None:
 # ---- Chrome trace events ---------------------------------------------------------------------
 def to_chrome_trace(trace: Trace) -> dict:
     """The run as a trace-event JSON object (timestamps in microseconds from the first entry)."""
-    origin = min((e.time if e.kind == "event" else e.data["t_start"] for e in trace.entries),
+    origin = min((e.data["t_start"] if e.kind == "record" else e.time for e in trace.entries),
                  default=trace.header["started_at"])
 
     def us(t: float) -> float:
@@ -185,6 +188,9 @@ def to_chrome_trace(trace: Trace) -> dict:
         for rid, reason in record["finished"].items():
             if rid in tids:
                 events.append(_instant(f"finished ({reason})", REQUESTS_PID, tids[rid], end))
+    events += [{**_instant("recording gap", ENGINE_PID, 0, us(gap["time"])),
+                "s": "p", "args": {"step": gap["step"], "lost": gap["lost"],
+                                   "error": gap["error"]}} for gap in trace.gaps]
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"model": trace.header["model"]["name"],
                           "hardware": trace.header["hardware"],
@@ -349,6 +355,8 @@ def _summary_table(summary: RunSummary) -> str:
         "preemptions": "preemptions", "prefix_hit_tokens": "prefix-cache hit tokens",
         "prefill_chunks": "prefill chunks"}
     values = asdict(summary)
+    values["lost_steps"] = ", ".join(f"step {step}" for step in summary.lost_steps) or "none"
+    labels["lost_steps"] = "steps lost in recording"
     rows = "".join(f"<tr><th>{label}</th><td>{_fmt(values[key])}</td></tr>"
                    for key, label in labels.items())
     return f'<table id="summary">{rows}</table>'

@@ -170,6 +170,7 @@ class HubReplay:
         self.hub = hub
         self.name = name
         self.model = trace.header["model"]["name"]
+        self.gaps = trace.lost_steps
         self._counts = {"pending": 0, "waiting": 0, "running": 0}
         self.player = ReplayPlayer(trace, self._publish, self._reset, on_state=self._remember)
         self._state = self.player.state
@@ -182,8 +183,9 @@ class HubReplay:
             self._counts = {"pending": 0, "waiting": data["num_waiting"],
                             "running": data["num_running"]}
             self.hub.publish_record(data)
-        else:
+        elif entry.kind == "event":
             self.hub.publish_event(entry.data)
+        # a gap has nothing to show but its place: status.replay.gaps lists them
 
     def _reset(self) -> None:
         self._counts = {"pending": 0, "waiting": 0, "running": 0}
@@ -199,7 +201,8 @@ class HubReplay:
                 "engine": {"name": "batchscope", "version": "1"},
                 "replay": {"trace": self.name, "iteration": state.iteration,
                            "num_iterations": state.num_iterations, "step": state.step,
-                           "speed": state.speed, "playing": state.playing}}
+                           "speed": state.speed, "playing": state.playing,
+                           "gaps": self.gaps}}
 
     def close(self) -> None:
         self.player.close()

@@ -9,10 +9,15 @@ Format ``batchscope-trace`` version 1, one JSON object per line:
 - then, in the order the engine produced them, ``{"type": "record", "data": <IterationRecord
   dict>}`` for every step and ``{"type": "event", "data": <RequestEvent dict>}`` for every
   request arrival and text delta (both documented in engine/telemetry.py). Records have
-  consecutive ``step`` numbers (a recording may start mid-run). An arrival recorded from the
-  dashboard may add ``"label"``: the short text its panel showed instead of the prompt.
-- last line: ``{"type": "end", "records": <count>, "events": <count>}``; a file without it was
-  cut off.
+  consecutive ``step`` numbers (a recording may start mid-run) except after a gap line. An
+  arrival recorded from the dashboard may add ``"label"``: the short text its panel showed
+  instead of the prompt.
+- ``{"type": "gap", "lost": "record" | "event", "step": <int or null>, "time": <epoch s>,
+  "error": str}`` where the writer could not write an entry: the recording goes on, and the
+  gap says what is missing (``step``: the lost record's, when known) instead of leaving a
+  silent hole. Replay and the exports show it.
+- last line: ``{"type": "end", "records": <count>, "events": <count>, "gaps": <count>}``; a
+  file without it was cut off.
 
 ``text`` says whose text the file holds: ``"full"`` every request's, ``"redacted"`` none,
 ``"own"`` only that of the requests the recording visitor could read (privacy.py). For the
@@ -66,12 +71,13 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TraceEntry:
-    kind: str  # "record" | "event"
+    kind: str  # "record" | "event" | "gap"
     data: dict
 
     @property
     def time(self) -> float:
-        """When the live viewers got it: a record when its step ended, an event when emitted."""
+        """When the live viewers got it: a record when its step ended, an event when emitted
+        (a gap: when the write failed)."""
         return self.data["t_end"] if self.kind == "record" else self.data["time"]
 
 
@@ -87,6 +93,15 @@ class Trace:
     @property
     def events(self) -> list[dict]:
         return [e.data for e in self.entries if e.kind == "event"]
+
+    @property
+    def gaps(self) -> list[dict]:
+        return [e.data for e in self.entries if e.kind == "gap"]
+
+    @property
+    def lost_steps(self) -> list[int]:
+        """The steps whose records the recording lost (as far as their gap lines know)."""
+        return [g["step"] for g in self.gaps if g["lost"] == "record" and g["step"] is not None]
 
 
 def trace_phases(trace: Trace) -> list[str]:
@@ -163,6 +178,7 @@ class TraceWriter:
         self.header = header
         self.num_records = 0
         self.num_events = 0
+        self.num_gaps = 0
         self._readable = readable or (lambda _rid: text == "full")
         self._label_of = label_of
         self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
@@ -180,12 +196,15 @@ class TraceWriter:
         return self
 
     def add_record(self, record) -> None:
-        if not self._closed:
-            self._queue.put(("record", record))
+        self.add("record", record)
 
     def add_event(self, event) -> None:
+        self.add("event", event)
+
+    def add(self, kind: str, data) -> None:
+        """An entry of ``kind`` "record", "event" or "gap" (a gap line's content)."""
         if not self._closed:
-            self._queue.put(("event", event))
+            self._queue.put((kind, data))
 
     def close(self) -> None:
         if self._closed:
@@ -195,7 +214,8 @@ class TraceWriter:
             unsubscribe()
         self._queue.put(None)
         self._thread.join()
-        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events})
+        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events,
+                          "gaps": self.num_gaps})
         self._file.close()
 
     def __enter__(self) -> TraceWriter:
@@ -207,17 +227,26 @@ class TraceWriter:
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
             kind, obj = item
+            if kind == "gap":
+                self._write_gap(obj)
+                continue
             try:
                 data = obj if isinstance(obj, dict) else obj.to_dict()
                 data = redact_record(data, self._readable) if kind == "record" else self._event(data)
-                self._write_line({"type": kind, "data": data})
-            except Exception:  # keep recording; the gap in steps will show when it is read
+                line = json.dumps({"type": kind, "data": data}, separators=(",", ":"))
+            except Exception as exc:  # keep recording; the file says what is missing
                 log.exception("trace %s: could not write a %s", self.path, kind)
+                self._write_gap(_gap(kind, obj, exc))
                 continue
+            self._file.write(line + "\n")
             if kind == "record":
                 self.num_records += 1
             else:
                 self.num_events += 1
+
+    def _write_gap(self, gap: dict) -> None:
+        self._write_line({"type": "gap", **gap})
+        self.num_gaps += 1
 
     def _event(self, event: dict) -> dict:
         """The event with its dashboard label, or without any text if it may not be kept."""
@@ -231,6 +260,13 @@ class TraceWriter:
         self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
+def _gap(kind: str, obj, exc: Exception) -> dict:
+    """The gap line's content for ``obj``, a ``kind`` entry that could not be written."""
+    step = obj.get("step") if isinstance(obj, dict) else getattr(obj, "step", None)
+    return {"lost": kind, "step": step if isinstance(step, int) else None, "time": time.time(),
+            "error": f"{type(exc).__name__}: {exc}"}
+
+
 def _open_write(path: Path) -> IO[str]:
     if path.name.endswith(".gz"):
         return gzip.open(path, "wt", encoding="utf-8")
@@ -241,7 +277,7 @@ def write_trace(path: str | os.PathLike, trace: Trace) -> None:
     """Write a whole trace at once (tests, re-encoding a file); its text is kept as it is."""
     with TraceWriter(path, trace.header, readable=lambda _rid: True) as writer:
         for entry in trace.entries:
-            (writer.add_record if entry.kind == "record" else writer.add_event)(entry.data)
+            writer.add(entry.kind, entry.data)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -254,38 +290,58 @@ def load_trace(path: str | os.PathLike) -> Trace:
             gzipped = probe.read(2) == GZIP_MAGIC
     except OSError as exc:
         raise TraceError(f"{where}: cannot open trace file ({exc.strerror})") from None
-    trace: Trace | None = None
-    end: dict | None = None
-    last_step: int | None = None
-    lineno = 0
     stream = gzip.open(path, "rt", encoding="utf-8") if gzipped else path.open(encoding="utf-8")
     with stream:
+        reader = _TraceReader(where)
         for lineno, line in _numbered_lines(stream, where):
-            at = f"{where}: line {lineno}"
-            if end is not None:
-                raise TraceError(f"{at}: content after the end line")
-            obj = _parse_line(line, at)
-            kind = obj.get("type")
-            if trace is None:
-                trace = Trace(_check_header(obj, at))
-            elif kind == "record":
-                last_step = _check_record(obj.get("data"), last_step, at)
-                trace.entries.append(TraceEntry("record", obj["data"]))
-            elif kind == "event":
-                _check_event(obj.get("data"), at)
-                trace.entries.append(TraceEntry("event", obj["data"]))
-            elif kind == "end":
-                end = obj
-            else:
-                raise TraceError(f"{at}: unknown entry type {kind!r} "
-                                 "(expected 'record', 'event' or 'end')")
-    if trace is None:
-        raise TraceError(f"{where}: line 1: the file is empty (expected a trace header)")
-    if end is None:
-        raise TraceError(f"{where}: truncated: the file stops after line {lineno} without the "
-                         "end line (the recording was cut off or the file was cut short)")
-    _check_counts(trace, end, f"{where}: line {lineno}")
-    return trace
+            reader.read(_parse_line(line, f"{where}: line {lineno}"), lineno)
+    return reader.finish()
+
+
+class _TraceReader:
+    """Checks each line against the ones before it and collects the trace."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.trace: Trace | None = None
+        self.end: dict | None = None
+        self.last_step: int | None = None
+        self.after_gap = False  # a lost record: the next step may skip
+        self.lineno = 0
+
+    def read(self, obj: dict, lineno: int) -> None:
+        at, self.lineno = f"{self.where}: line {lineno}", lineno
+        kind = obj.get("type")
+        if self.end is not None:
+            raise TraceError(f"{at}: content after the end line")
+        if self.trace is None:
+            self.trace = Trace(_check_header(obj, at))
+        elif kind == "record":
+            self.last_step = _check_record(obj.get("data"), self.last_step, self.after_gap, at)
+            self.after_gap = False
+            self.trace.entries.append(TraceEntry("record", obj["data"]))
+        elif kind == "event":
+            _check_event(obj.get("data"), at)
+            self.trace.entries.append(TraceEntry("event", obj["data"]))
+        elif kind == "gap":
+            gap = _check_gap(obj, at)
+            self.after_gap = self.after_gap or gap["lost"] == "record"
+            self.trace.entries.append(TraceEntry("gap", gap))
+        elif kind == "end":
+            self.end = obj
+        else:
+            raise TraceError(f"{at}: unknown entry type {kind!r} "
+                             "(expected 'record', 'event', 'gap' or 'end')")
+
+    def finish(self) -> Trace:
+        if self.trace is None:
+            raise TraceError(f"{self.where}: line 1: the file is empty (expected a trace header)")
+        if self.end is None:
+            raise TraceError(f"{self.where}: truncated: the file stops after line {self.lineno} "
+                             "without the end line (the recording was cut off or the file was "
+                             "cut short)")
+        _check_counts(self.trace, self.end, f"{self.where}: line {self.lineno}")
+        return self.trace
 
 
 def _numbered_lines(stream: IO[str], where: str) -> Iterator[tuple[int, str]]:
@@ -343,13 +399,13 @@ def _check_header(obj: dict, at: str) -> dict:
     return obj
 
 
-def _check_record(data: Any, last_step: int | None, at: str) -> int:
+def _check_record(data: Any, last_step: int | None, after_gap: bool, at: str) -> int:
     try:
         schema.validate_record(data)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise TraceError(f"{at}: invalid iteration record: {exc}") from None
     step = data["step"]
-    if last_step is not None and step != last_step + 1:
+    if last_step is not None and not (step > last_step if after_gap else step == last_step + 1):
         raise TraceError(f"{at}: record step {step} follows step {last_step} "
                          "(a record is missing, repeated or out of order)")
     return step
@@ -368,8 +424,19 @@ def _check_event(data: Any, at: str) -> None:
         raise TraceError(f"{at}: invalid request event: kind {data['kind']!r} not in {EVENT_KINDS}")
 
 
+def _check_gap(obj: dict, at: str) -> dict:
+    gap = {k: v for k, v in obj.items() if k != "type"}
+    if gap.get("lost") not in ("record", "event") or "time" not in gap:
+        raise TraceError(f"{at}: invalid gap: needs lost ('record' or 'event') and time")
+    if gap.get("step") is not None and not isinstance(gap["step"], int):
+        raise TraceError(f"{at}: invalid gap: step {gap['step']!r} is not an integer")
+    return {"step": None, "error": "", **gap}
+
+
 def _check_counts(trace: Trace, end: dict, at: str) -> None:
     counts = {"records": len(trace.records), "events": len(trace.events)}
+    if "gaps" in end:  # files written before gap lines existed have no count
+        counts["gaps"] = len(trace.gaps)
     for name, actual in counts.items():
         if end.get(name) != actual:
             raise TraceError(f"{at}: the end line says {end.get(name)!r} {name} but the file "
