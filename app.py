@@ -29,6 +29,7 @@ from fastapi import FastAPI
 
 from viz.hub import TelemetryHub
 from viz.identity import VisitorCookies, VisitorIdentity
+from viz.page import build_replay_ui, build_ui
 from viz.presenter import PresenterAccess
 from viz.presets import load_presets
 from viz.privacy import new_secret
@@ -36,13 +37,15 @@ from viz.recording import Recorder
 from viz.replay_channels import ReplayChannels, install_replay_routes
 from viz.trace import TraceError, load_trace
 from viz.transport import SharedChannel, install_transports
-from viz.ui import build_replay_ui, build_ui
 from viz.web import HEAD, REPLAY_HEAD, install_page_routes
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
 
 log = logging.getLogger("batchscope")
+# Open event streams (the telemetry SSE, Gradio's heartbeat) never end by themselves: at
+# shutdown, wait this long for them, then close them.
+GRACEFUL_SHUTDOWN_S = 3
 DESCRIPTION = "Batchscope: a live dashboard of an LLM engine's continuous batching."
 
 
@@ -179,6 +182,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     from engine import AsyncLLM
     from serve import install_api, limits_from_arguments
     from viz.firing import Firing
+    from viz.handlers import DashboardHandlers
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
@@ -192,8 +196,8 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     install_transports(app, SharedChannel(hub), identity)
     install_api(app, llm, limits_from_arguments(args))  # before Gradio takes "/" and shadows it
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
-    app.state.firing = firing
-    blocks = build_ui(llm, firing, load_presets(), identity, recorder, access)
+    app.state.firing, app.state.recorder = firing, recorder
+    blocks = build_ui(DashboardHandlers(llm, firing, load_presets(), identity, recorder, access))
     gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
                         footer_links=[])
     return app, llm, hub
@@ -247,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     # so per-client API limits count real clients.
     forwarded = "*" if os.environ.get("SPACE_ID") else None
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                proxy_headers=True, forwarded_allow_ips=forwarded)
+                proxy_headers=True, forwarded_allow_ips=forwarded,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
 
 
 if __name__ == "__main__":

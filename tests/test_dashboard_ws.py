@@ -125,8 +125,9 @@ def test_the_gradio_page_gives_the_visitor_whose_shots_they_read(dashboard_serve
     assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
     visitor = cookie.split(";")[0].split("=", 1)[1]
     client = Client(server.url, headers={"Cookie": f"{COOKIE}={visitor}"}, verbose=False)
-    fired = client.predict("chat", "a question of my own", 1, 4, 0.0, 0, api_name="/on_fire")
-    rid = fired.split(": ")[-1]
+    fired = client.predict("chat", "a question of my own", 1, 4, 0.0, 0, api_name="/fire")
+    rid = fired.split(": ")[-1].split(" · ")[0]
+    client.close()
 
     def finished(messages):
         return any(e["request_id"] == rid and e.get("finished")

@@ -55,7 +55,7 @@ def live(tiny_model_dir, tmp_path_factory):
     hub = TelemetryHub()
     hub.attach(llm)
     recorder = Recorder(llm, hub, tmp_path_factory.mktemp("roundtrip"))
-    path = recorder.start(owner=None)  # the Record toggle of a visitor who fired nothing
+    path = recorder.start("tab", owner=None)  # the Record toggle of a visitor who fired nothing
     ids = ["q0", "q1", "q2"]
 
     def fire():
@@ -66,7 +66,7 @@ def live(tiny_model_dir, tmp_path_factory):
 
     with serve(hub) as server:
         messages = asyncio.run(watch(server, fire, finished(ids)))
-    recorder.stop(None)
+    recorder.stop("tab")
     llm.shutdown()
     return path, ids, messages
 

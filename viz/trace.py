@@ -158,6 +158,19 @@ def redact_event(data: dict) -> dict:
     return {**data, "prompt": None, "text": "", "token_ids": hidden}
 
 
+@dataclass(frozen=True, slots=True)
+class TraceLimits:
+    """Where a recording stops by itself (the dashboard's Record toggle; ``--record`` has
+    none): so many records (steps), or so many bytes of JSON written before compression."""
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+
+    def reached(self, records: int, size: int) -> bool:
+        return (self.max_records is not None and records >= self.max_records) or \
+            (self.max_bytes is not None and size >= self.max_bytes)
+
+
 class TraceWriter:
     """Appends a run to a trace file from a background thread.
 
@@ -165,20 +178,23 @@ class TraceWriter:
     call on the engine thread; serialization, redaction and disk writes happen on the writer
     thread. ``readable(request_id)`` decides whose text is kept (required when the header's
     text is "own"; by default all for "full", none for "redacted"); ``label_of(request_id)``
-    gives an arrival's dashboard label. ``close()`` drains the queue and writes the end line.
+    gives an arrival's dashboard label. The writer thread ends the file (the end line) when
+    ``close()`` is called or when ``limits`` are reached (``capped``; it then detaches itself
+    and ignores what comes after).
     """
 
     def __init__(self, path: str | os.PathLike, header: dict,
                  readable: Callable[[str], bool] | None = None,
-                 label_of: Callable[[str], str | None] | None = None):
+                 label_of: Callable[[str], str | None] | None = None,
+                 limits: TraceLimits = TraceLimits()):
         text = header.get("text")
         if text == "own" and readable is None:
             raise ValueError("TraceWriter: a trace of text 'own' needs readable(request_id)")
         self.path = Path(path)
         self.header = header
-        self.num_records = 0
-        self.num_events = 0
-        self.num_gaps = 0
+        self.limits = limits
+        self.num_records = self.num_events = self.num_gaps = self.num_bytes = 0
+        self.capped = False
         self._readable = readable or (lambda _rid: text == "full")
         self._label_of = label_of
         self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
@@ -206,17 +222,15 @@ class TraceWriter:
         if not self._closed:
             self._queue.put((kind, data))
 
+    @property
+    def running(self) -> bool:
+        return not self._closed
+
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
+        """Write what is queued and the end line (idempotent; waits for the writer thread)."""
+        self._detach()
         self._queue.put(None)
         self._thread.join()
-        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events,
-                          "gaps": self.num_gaps})
-        self._file.close()
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -224,25 +238,39 @@ class TraceWriter:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _detach(self) -> None:
+        self._closed = True
+        unsubscribe, self._unsubscribe = self._unsubscribe, []
+        for remove in unsubscribe:
+            remove()
+
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
-            kind, obj = item
-            if kind == "gap":
-                self._write_gap(obj)
-                continue
-            try:
-                data = obj if isinstance(obj, dict) else obj.to_dict()
-                data = redact_record(data, self._readable) if kind == "record" else self._event(data)
-                line = json.dumps({"type": kind, "data": data}, separators=(",", ":"))
-            except Exception as exc:  # keep recording; the file says what is missing
-                log.exception("trace %s: could not write a %s", self.path, kind)
-                self._write_gap(_gap(kind, obj, exc))
-                continue
-            self._file.write(line + "\n")
-            if kind == "record":
-                self.num_records += 1
-            else:
-                self.num_events += 1
+            self._write_entry(*item)
+            if self.limits.reached(self.num_records, self.num_bytes):
+                self.capped = True
+                self._detach()
+                break
+        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events,
+                          "gaps": self.num_gaps})
+        self._file.close()
+
+    def _write_entry(self, kind: str, obj) -> None:
+        if kind == "gap":
+            self._write_gap(obj)
+            return
+        try:
+            data = obj if isinstance(obj, dict) else obj.to_dict()
+            data = redact_record(data, self._readable) if kind == "record" else self._event(data)
+            self._write_line({"type": kind, "data": data})
+        except Exception as exc:  # keep recording; the file says what is missing
+            log.exception("trace %s: could not write a %s", self.path, kind)
+            self._write_gap(_gap(kind, obj, exc))
+            return
+        if kind == "record":
+            self.num_records += 1
+        else:
+            self.num_events += 1
 
     def _write_gap(self, gap: dict) -> None:
         self._write_line({"type": "gap", **gap})
@@ -257,7 +285,9 @@ class TraceWriter:
         return {**event, "label": label} if label else event
 
     def _write_line(self, obj: dict) -> None:
-        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        line = json.dumps(obj, separators=(",", ":")) + "\n"  # whole, or not at all
+        self._file.write(line)
+        self.num_bytes += len(line)
 
 
 def _gap(kind: str, obj, exc: Exception) -> dict:
