@@ -5,7 +5,7 @@
 
 A FastAPI app serves the telemetry stream (websocket /ws/telemetry, SSE /telemetry/stream),
 plotly.js from the installed plotly package and the dashboard client; the Gradio UI is
-mounted at "/"; every page visitor gets a ``bs_visitor`` cookie (viz/identity.py); the engine loads
+mounted at "/"; every page visitor gets a ``bs_visitor`` cookie (viz/live/identity.py); the engine loads
 and runs on a background thread (the page shows the loading progress meanwhile). A replay
 plays a recorded trace into the same page instead: it imports neither the engine nor torch,
 so the engine and the API are imported only where the live mode needs them.
@@ -27,17 +27,17 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
-from viz.hub import TelemetryHub
-from viz.identity import VisitorCookies, VisitorIdentity
-from viz.page import build_replay_ui, build_ui
-from viz.presenter import PresenterAccess
-from viz.presets import load_presets
-from viz.privacy import new_secret
-from viz.recording import Recorder
-from viz.replay_channels import ReplayChannels, install_replay_routes
-from viz.trace import TraceError, load_trace
-from viz.transport import SharedChannel, install_transports
-from viz.web import HEAD, REPLAY_HEAD, install_page_routes
+from viz.live.hub import TelemetryHub
+from viz.live.identity import VisitorCookies, VisitorIdentity
+from viz.live.privacy import new_secret
+from viz.live.transport import SharedChannel, install_transports
+from viz.sources.replay_channels import ReplayChannels, install_replay_routes
+from viz.traces.recording import Recorder
+from viz.traces.trace import TraceError, load_trace
+from viz.ui.page import build_replay_ui, build_ui
+from viz.ui.presenter import PresenterAccess
+from viz.ui.presets import load_presets
+from viz.ui.static import HEAD, REPLAY_HEAD, install_page_routes
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
@@ -181,8 +181,8 @@ def web_app(title: str, lifespan) -> tuple[FastAPI, VisitorIdentity]:
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
     from serve import install_api, limits_from_arguments
-    from viz.firing import Firing
-    from viz.handlers import DashboardHandlers
+    from viz.ui.firing import Firing
+    from viz.ui.handlers import DashboardHandlers
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from engine import AsyncLLM, SamplingParams
-from viz.trace import TraceWriter, load_trace, make_header
+from viz.traces.trace import TraceWriter, load_trace, make_header
 
 ENGINE_CONFIG = dict(max_num_batched_tokens=64, num_kv_blocks=48, block_size=16, seed=0)
 SYSTEM_PROMPT = (

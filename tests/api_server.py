@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fastapi import FastAPI
+from support.server import BackgroundServer
 
 from engine import AsyncLLM
 from serve import ApiLimits, install_api
-from support.server import BackgroundServer
 
 
 def running_llm(model_dir: str, **config) -> Iterator[AsyncLLM]:

@@ -7,12 +7,11 @@ import json
 import httpx
 import openai
 import pytest
+from api_server import api_url, running_llm
 from fastapi import FastAPI
-
-from serve import ApiLimits, add_limit_arguments, install_api, limits_from_arguments
 from support.server import BackgroundServer
 
-from api_server import api_url, running_llm
+from serve import ApiLimits, add_limit_arguments, install_api, limits_from_arguments
 
 LIMITS = ApiLimits(max_prompt_tokens=64, max_tokens=32, max_concurrent_per_client=3, max_waiting=8,
                    max_body_bytes=16384)

@@ -8,9 +8,9 @@ import json
 import httpx
 import pytest
 import websockets
+from support.server import BackgroundServer
 
 import app as dashboard
-from support.server import BackgroundServer
 
 GARBAGE = [
     b"\xff\xfe\x00garbage",  # binary, invalid UTF-8

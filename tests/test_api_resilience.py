@@ -7,12 +7,11 @@ import time
 import httpx
 import openai
 import pytest
+from api_server import api_url, running_llm
 from fastapi import FastAPI
 
 from engine import AsyncLLM
 from serve import ApiLimits, install_api
-
-from api_server import api_url, running_llm
 
 COMPLETIONS = "/v1/completions"
 TIMEOUT = httpx.Timeout(30.0)

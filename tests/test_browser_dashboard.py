@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.server import BackgroundServer
 
 import app as dashboard
-from viz.captions import VIEWS
-from support.server import BackgroundServer
+from viz.ui.captions import VIEWS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = Path(os.environ.get("BATCHSCOPE_SCREENSHOTS",

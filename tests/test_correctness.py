@@ -9,10 +9,10 @@ import random
 from pathlib import Path
 
 import pytest
-
-from engine import LLM, SamplingParams
 from hf_reference import compare, hf_greedy, load_hf
 from tiny_models import FAMILIES
+
+from engine import LLM, SamplingParams
 
 MAX_TOKENS = 10
 REPORT = Path(__file__).resolve().parent.parent / "out" / "correctness.json"

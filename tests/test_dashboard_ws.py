@@ -8,9 +8,9 @@ from support.viewers import ws_messages
 
 import app as dashboard
 from engine.telemetry import validate_record
-from viz.firing import Knobs, plan_shot
-from viz.identity import COOKIE, new_visitor_id
-from viz.presets import load_presets
+from viz.live.identity import COOKIE, new_visitor_id
+from viz.ui.firing import Knobs, plan_shot
+from viz.ui.presets import load_presets
 
 VISITOR = new_visitor_id()
 

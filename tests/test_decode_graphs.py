@@ -7,10 +7,10 @@ plan built from tensors only, and reading back the real rows. (CUDA capture: tes
 import random
 
 import pytest
+from hf_reference import compare, hf_greedy, load_hf
 
 from engine import LLM, SamplingParams
 from engine.cuda_graphs import DecodeGraphs, GraphKey, graph_batch_sizes
-from hf_reference import compare, hf_greedy, load_hf
 
 
 def eager_capture(fn):

@@ -6,10 +6,10 @@ so that CI runs the backend's own plumbing (plans, paged and gather modes, int32
 """
 import sys
 
+import fake_flash_attn
 import pytest
 import torch
 
-import fake_flash_attn
 from engine.attention import StepLayout, make_backend
 from engine.config import flash_attn_available
 

@@ -10,11 +10,11 @@ import websockets
 from support.server import BackgroundServer
 from support.viewers import serve_hub as serve
 
-from viz.hub import TelemetryHub
-from viz.privacy import PUBLIC
-from viz.recording import Recorder
-from viz.replay import HubReplay
-from viz.trace import load_trace
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import PUBLIC
+from viz.sources.replay import HubReplay
+from viz.traces.recording import Recorder
+from viz.traces.trace import load_trace
 
 
 async def watch(server: BackgroundServer, action, done, timeout: float = 60) -> list[dict]:

@@ -12,7 +12,7 @@ import websockets
 from support.server import BackgroundServer
 
 import app as dashboard
-from viz.trace import load_trace
+from viz.traces.trace import load_trace
 
 TRACE = min((Path(__file__).resolve().parent.parent / "assets" / "traces").glob("*.jsonl*"))
 HISTORY = 40

@@ -1,6 +1,6 @@
 """Sampling: seeded reproducibility, top-k/top-p/min-p supports, stop strings, streaming text."""
-import torch
 import pytest
+import torch
 
 from engine import LLM, SamplingParams
 from engine.detokenizer import IncrementalDetokenizer

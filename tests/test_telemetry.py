@@ -4,7 +4,7 @@ from dataclasses import asdict
 
 import pytest
 
-from engine import LLMEngine, EngineConfig, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.telemetry import validate_record
 
 

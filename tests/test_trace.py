@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from viz.privacy import HIDDEN_TOKEN
-from viz.trace import (FORMAT_VERSION, Trace, TraceEntry, TraceError, TraceWriter, load_trace,
-                       make_header, write_trace)
+from viz.live.privacy import HIDDEN_TOKEN
+from viz.traces.trace import (
+    FORMAT_VERSION,
+    Trace,
+    TraceEntry,
+    TraceError,
+    TraceWriter,
+    load_trace,
+    make_header,
+    write_trace,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,7 +180,7 @@ def test_write_trace_round_trips(live_run, tmp_path):
 
 
 def test_trace_modules_do_not_import_torch():
-    code = ("import sys, viz.trace, viz.replay, viz.export; "
+    code = ("import sys, viz.traces.trace, viz.traces.player, viz.traces.export; "
             "print(sorted(m for m in ('torch', 'transformers', 'engine.llm_engine') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from viz.captions import VIEWS
-from viz.export import summarize, to_html_report
 from support.server import free_port
-from viz.trace import load_trace
+
+from viz.traces.export import summarize, to_html_report
+from viz.traces.trace import load_trace
+from viz.ui.captions import VIEWS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
@@ -188,10 +188,10 @@ def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):
 
 
 def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model_dir):
-    import app as dashboard
     from selenium.webdriver.common.by import By
-
     from support.server import BackgroundServer
+
+    import app as dashboard
 
     args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "256"])
     app, llm, _ = dashboard.create_app(args)

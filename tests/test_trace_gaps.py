@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from viz.export import summarize, to_chrome_trace, to_html_report
-from viz.hub import TelemetryHub
-from viz.replay import HubReplay
-from viz.trace import TraceWriter, load_trace
+from viz.live.hub import TelemetryHub
+from viz.sources.replay import HubReplay
+from viz.traces.export import summarize, to_chrome_trace, to_html_report
+from viz.traces.trace import TraceWriter, load_trace
 
 SHIPPED = min((Path(__file__).resolve().parent.parent / "assets" / "traces").glob("*.jsonl*"))
 LOST = 5  # the index of the record that fails to write

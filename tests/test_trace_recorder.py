@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from viz.hub import TelemetryHub
-from viz.privacy import HIDDEN_TOKEN
-from viz.recording import Recorder
-from viz.trace import load_trace
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import HIDDEN_TOKEN
+from viz.traces.recording import Recorder
+from viz.traces.trace import load_trace
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +69,10 @@ def test_a_visitor_recording_holds_only_their_text(recordings):
 
 
 def test_app_record_flag_writes_the_whole_run_until_shutdown(tiny_model_dir, tmp_path):
+    from support.server import BackgroundServer
+
     import app as dashboard
     from engine import SamplingParams
-    from support.server import BackgroundServer
 
     path = tmp_path / "run.jsonl.gz"
     args = dashboard.build_parser().parse_args(

@@ -2,8 +2,8 @@
 from types import SimpleNamespace
 
 from engine.config import EngineConfig
-from viz.handlers import effective_budget
-from viz.presenter import PresenterAccess
+from viz.ui.handlers import effective_budget
+from viz.ui.presenter import PresenterAccess
 
 
 def test_presenter_controls_are_open_locally_keyed_or_hidden_on_a_space():

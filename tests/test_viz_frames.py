@@ -1,7 +1,7 @@
 """Message text: valid JSON for any members, records completed per audience."""
 import json
 
-from viz.frames import RecordBody, json_array, json_object
+from viz.live.frames import RecordBody, json_array, json_object
 
 
 def test_objects_are_valid_json_for_empty_and_raw_members():

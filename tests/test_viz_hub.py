@@ -3,9 +3,9 @@ outboxes that drop the oldest frame, resync snapshots and per-visitor privacy.""
 import asyncio
 import json
 
-from viz import hub as hub_module
-from viz.hub import TelemetryHub
-from viz.privacy import HIDDEN_TOKEN, PUBLIC
+from viz.live import hub as hub_module
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import HIDDEN_TOKEN, PUBLIC
 
 
 def record(step: int, rid: str = "q1", token: int = 42) -> dict:

@@ -9,8 +9,8 @@ import unicodedata
 
 import pytest
 
-from viz import page
-from viz.strings import LANGUAGES, STRINGS_PATH, load_strings
+from viz.ui import page
+from viz.ui.strings import LANGUAGES, STRINGS_PATH, load_strings
 
 FONT_FAMILY = "WenQuanYi Micro Hei"
 

@@ -4,11 +4,11 @@ import json
 import pytest
 
 from engine import SamplingParams
-from viz.firing import Firing, Knobs, PlannedRequest, _exact_tokens, plan_shot
-from viz.hub import TelemetryHub
-from viz.presets import load_presets
-from viz.privacy import Audience
-from viz.viewer import Viewer
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import Audience
+from viz.live.viewer import Viewer
+from viz.ui.firing import Firing, Knobs, PlannedRequest, _exact_tokens, plan_shot
+from viz.ui.presets import load_presets
 
 
 @pytest.fixture(scope="module")

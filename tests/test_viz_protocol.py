@@ -12,8 +12,8 @@ from support.viewers import SECRET, serve_hub, sse_messages, ws_messages
 from test_viz_hub import arrival, delta, record
 
 from viz.colors import PALETTE
-from viz.hub import TelemetryHub
-from viz.identity import COOKIE, VisitorCookies, VisitorIdentity, new_visitor_id
+from viz.live.hub import TelemetryHub
+from viz.live.identity import COOKIE, VisitorCookies, VisitorIdentity, new_visitor_id
 
 ALICE, BOB = new_visitor_id(), new_visitor_id()
 TRANSPORTS = {"websocket": ws_messages, "sse": sse_messages}

@@ -9,7 +9,7 @@ import pytest
 from support.server import BackgroundServer
 
 import app as dashboard
-from viz.identity import COOKIE, new_visitor_id
+from viz.live.identity import COOKIE, new_visitor_id
 
 
 def wait_until(condition, timeout: float = 30) -> bool:
@@ -48,9 +48,9 @@ def test_closing_the_tab_stops_its_recording_and_deletes_the_file(served):
 
 def test_a_recording_stops_itself_at_its_cap_and_the_file_is_complete(tiny_model_dir, tmp_path):
     from engine import AsyncLLM, SamplingParams
-    from viz.hub import TelemetryHub
-    from viz.recording import Recorder
-    from viz.trace import TraceLimits, load_trace
+    from viz.live.hub import TelemetryHub
+    from viz.traces.recording import Recorder
+    from viz.traces.trace import TraceLimits, load_trace
 
     llm = AsyncLLM(tiny_model_dir, num_kv_blocks=64)
     try:

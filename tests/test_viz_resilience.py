@@ -9,7 +9,7 @@ import websockets
 from support.viewers import serve_hub
 from test_viz_hub import record
 
-from viz.hub import TelemetryHub
+from viz.live.hub import TelemetryHub
 
 
 def test_the_frame_pump_logs_a_failing_tick_and_keeps_going(caplog):

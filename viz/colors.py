@@ -1,7 +1,7 @@
 """The dashboard's colours, defined once: the browser gets them in the snapshot's ``meta``
 (assets hold no copy) and the offline exports (viz/export.py) use the same ones.
 
-Request colours cycle through ``PALETTE`` (a request's ``color`` index, book.py); the KV pool
+Request colours cycle through ``PALETTE`` (a request's ``color`` index, viz/live/book.py); the KV pool
 draws free and cached blocks in ``FREE_COLOR`` and ``CACHED_COLOR``. Each engine phase has a
 fixed colour, so the same phase looks the same in every view and export; phases of a source
 this table does not know take the spare colours in order.

@@ -30,7 +30,7 @@ class BackgroundServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         self._thread.start()
         deadline = time.monotonic() + self.start_timeout
         while not self._server.started:

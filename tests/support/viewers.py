@@ -12,9 +12,9 @@ import websockets
 from fastapi import FastAPI
 from support.server import BackgroundServer
 
-from viz.hub import TelemetryHub
-from viz.identity import VisitorCookies, VisitorIdentity
-from viz.transport import SharedChannel, install_transports
+from viz.live.hub import TelemetryHub
+from viz.live.identity import VisitorCookies, VisitorIdentity
+from viz.live.transport import SharedChannel, install_transports
 
 SECRET = b"test-secret"
 Done = Callable[[list[dict]], bool]

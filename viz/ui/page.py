@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from ..sources.replay_channels import ReplayChannels
+from ..traces.player import SPEEDS
 from .captions import VIEWS
 from .handlers import DashboardHandlers, about
-from .replay import SPEEDS
-from .replay_channels import ReplayChannels
 from .strings import PAGE
 
 FIRE_CONCURRENCY = 16  # several visitors may fire at once

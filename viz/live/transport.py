@@ -4,7 +4,7 @@
 (identity.py); nothing in the URL names a visitor.
 
 A connection's hub comes from a ``Channels``: live, every viewer joins the one hub the engine
-feeds; in a replay each viewer may get a hub and playback of its own (replay_channels.py).
+feeds; in a replay each viewer may get a hub and playback of its own (viz/sources/replay_channels.py).
 When a connection's sender fails (a snapshot that cannot be built, a send to a dead socket)
 the failure is logged and the viewer leaves its hub at once.
 """

@@ -4,7 +4,7 @@
 - ``/batchscope/<path>``: the browser client from assets/ (scripts, styles, and
   ``strings.json``, the strings table both the page and the views read).
 
-The telemetry transports are in transport.py, the replay controls in replay_channels.py.
+The telemetry transports are in transport.py, the replay controls in viz/sources/replay_channels.py.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import plotly
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+from ..paths import ASSETS
+
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 CLIENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css",
                 ".json": "application/json", ".svg": "image/svg+xml"}

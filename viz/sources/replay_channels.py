@@ -16,11 +16,12 @@ from dataclasses import asdict
 
 from fastapi import FastAPI, HTTPException, Request
 
-from .hub import TelemetryHub
-from .identity import VisitorIdentity
-from .replay import HubReplay, ReplayPlayer
-from .trace import Trace
-from .viewer import Viewer
+from ..live.hub import TelemetryHub
+from ..live.identity import VisitorIdentity
+from ..live.viewer import Viewer
+from ..traces.player import ReplayPlayer
+from ..traces.trace import Trace
+from .replay import HubReplay
 
 REPLAY_ACTIONS = ("play", "pause", "step", "seek", "speed")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from engine import AsyncLLM, SamplingParams
 from engine.telemetry import RequestEvent
 
-from .hub import TelemetryHub
+from ..live.hub import TelemetryHub
 from .presets import Preset, PresetLibrary, RequestSpec
 
 log = logging.getLogger(__name__)

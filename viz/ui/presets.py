@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-PRESETS_PATH = Path(__file__).resolve().parent.parent / "assets" / "presets.json"
+from ..paths import ASSETS
+
+PRESETS_PATH = ASSETS / "presets.json"
 
 
 @dataclass(frozen=True, slots=True)

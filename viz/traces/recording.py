@@ -3,7 +3,7 @@
 ``record_run(path)`` (``app.py --record PATH``) records the whole run with every request's
 text: the operator owns the machine, and the file is theirs to keep. ``start(tab, owner)``
 / ``stop(tab)`` (the dashboard's Record toggle) record one browser tab's file with only the
-text its visitor may read (privacy.py) and the dashboard labels of those requests, in a
+text its visitor may read (viz/live/privacy.py) and the dashboard labels of those requests, in a
 temporary folder the download button serves. A tab's recording is capped (``TAB_LIMITS``:
 it stops by itself, complete), ends when the tab closes (``discard``: its files are deleted,
 nobody can download them any more), and ``close()`` at shutdown deletes the whole folder.
@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from .hub import TelemetryHub
-from .privacy import Audience
+from ..live.hub import TelemetryHub
+from ..live.privacy import Audience
 from .trace import TraceLimits, TraceWriter, make_header
 
 RUN = object()  # the key of the --record recording, which belongs to no visitor

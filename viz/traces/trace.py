@@ -20,7 +20,7 @@ Format ``batchscope-trace`` version 1, one JSON object per line:
   file without it was cut off.
 
 ``text`` says whose text the file holds: ``"full"`` every request's, ``"redacted"`` none,
-``"own"`` only that of the requests the recording visitor could read (privacy.py). For the
+``"own"`` only that of the requests the recording visitor could read (viz/live/privacy.py). For the
 others the prompt and text are dropped and token ids become ``privacy.HIDDEN_TOKEN`` (so token
 counts, TTFT and inter-token latency survive); layout, timing and KV state are always kept.
 
@@ -47,7 +47,7 @@ from typing import IO, Any
 
 from engine import telemetry as schema  # plain data: no torch (engine/__init__ is lazy)
 
-from .privacy import HIDDEN_TOKEN
+from ..live.privacy import HIDDEN_TOKEN
 
 FORMAT = "batchscope-trace"
 FORMAT_VERSION = 1

@@ -14,7 +14,7 @@ stream /telemetry/stream (transport.py):
   after ``reset()`` and after dropped frames. ``viewer`` is this connection's opaque id (the
   replay controls take it); ``meta`` what the views draw with that no record holds:
   ``{"palette": [hex x12], "free_color", "cached_color", "phases": [{"name", "color"}],
-  "source": {"engine", "engine_version", "model"}, "budget_hint"?}`` (colors.py).
+  "source": {"engine", "engine_version", "model"}, "budget_hint"?}`` (viz/colors.py).
   ``requests`` are RequestBook entries (with ``mine`` and ``visible`` instead of the owner);
   ``records`` the most recent IterationRecord dicts (up to ``history``, 40).
 - ``{"type": "frame", "seq": int, "status": {...}, "records": [record...],
@@ -45,9 +45,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from ..colors import view_meta
 from . import frames
 from .book import RequestBook
-from .colors import view_meta
 from .privacy import PUBLIC, Audience
 from .viewer import Viewer
 

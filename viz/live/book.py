@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
-from .colors import PALETTE
+from ..colors import PALETTE
 
 NUM_COLORS = len(PALETTE)
 

@@ -1,6 +1,6 @@
 """What the dashboard's Gradio controls do: one method per control, wired by page.py.
 
-Handlers know the visitor by the ``bs_visitor`` cookie (identity.py) in ``gr.Request``, the
+Handlers know the visitor by the ``bs_visitor`` cookie (viz/live/identity.py) in ``gr.Request``, the
 same identity the telemetry stream uses, and the browser tab by its Gradio session (a tab's
 recording ends with the tab). Presenter controls check the key first and say whether it is
 missing or wrong. Every text they return comes from the strings table, in both languages.
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
+from ..live.identity import VisitorIdentity
+from ..traces.recording import Recorder
 from .firing import Firing, Knobs, plan_shot
-from .identity import VisitorIdentity
 from .presenter import ALLOWED, MISSING, WRONG, PresenterAccess
 from .presets import PresetLibrary
-from .recording import Recorder
 from .strings import PAGE, Strings
 
 if TYPE_CHECKING:

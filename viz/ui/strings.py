@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-STRINGS_PATH = Path(__file__).resolve().parent.parent / "assets" / "strings.json"
+from ..paths import ASSETS
+
+STRINGS_PATH = ASSETS / "strings.json"
 LANGUAGES = ("en", "zh")
 JOINT = " · "
 

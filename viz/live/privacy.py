@@ -1,9 +1,9 @@
 """Who may read which request's text.
 
-A visitor is identified by an owner token the server derives from their ``bs_visitor`` cookie
-(identity.py), on every transport and in the Gradio handlers alike. A viewer reads the prompt and generated text of its own requests only
-(and of ``PUBLIC`` ones, e.g. a replayed trace); other requests keep their ids, colours, lengths
-and states but lose every token. ``shared`` (the --shared-view flag, for workshops) shows all
+A visitor is identified by an owner token the server derives from their ``bs_visitor``
+cookie (identity.py), on every transport and in the Gradio handlers alike. A viewer reads the
+prompt and generated text of its own requests only (and of ``PUBLIC`` ones, e.g. a replayed
+trace); other requests keep their ids, colours, lengths and states but lose every token. ``shared`` (the --shared-view flag, for workshops) shows all
 text; ``mine`` still marks each viewer's own requests. Owner tokens themselves never leave the
 server: a viewer learns only ``mine``. Prefix-cache hits (a record's ``admitted`` and
 ``kv.cached``) are visible to every viewer: they show that another request shared a prompt

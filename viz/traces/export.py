@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .colors import STATE_COLORS, phase_colors
+from ..colors import STATE_COLORS, phase_colors
 from .trace import Trace, TraceError, load_trace, trace_phases
 
 ENGINE_PID, REQUESTS_PID = 1, 2
