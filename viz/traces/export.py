@@ -57,10 +57,10 @@ def request_timelines(trace: Trace) -> dict[str, RequestTimeline]:
     timelines: dict[str, RequestTimeline] = {}
     for entry in trace.entries:
         data = entry.data
-        if entry.kind == "event":
-            if data["kind"] == "arrival" and data["request_id"] not in timelines:
-                timelines[data["request_id"]] = RequestTimeline(
-                    data["request_id"], data["time"], data["num_prompt_tokens"])
+        if entry.kind == "event" and data["kind"] == "arrival" and \
+                data["request_id"] not in timelines:
+            timelines[data["request_id"]] = RequestTimeline(
+                data["request_id"], data["time"], data["num_prompt_tokens"])
         if entry.kind != "record":
             continue
         for rid, state in data["requests"].items():  # requests that arrived before recording
@@ -134,67 +134,91 @@ def _quantile(values: list[float], q: float) -> float | None:
 # ---- Chrome trace events ---------------------------------------------------------------------
 def to_chrome_trace(trace: Trace) -> dict:
     """The run as a trace-event JSON object (timestamps in microseconds from the first entry)."""
-    origin = min((e.data["t_start"] if e.kind == "record" else e.time for e in trace.entries),
-                 default=trace.header["started_at"])
-
-    def us(t: float) -> float:
-        return round((t - origin) * 1e6, 3)
-
-    timelines = request_timelines(trace)
-    tids = {rid: i for i, rid in enumerate(timelines, start=1)}
-    events = [_meta("process_name", ENGINE_PID, 0, "Engine"),
-              _meta("process_name", REQUESTS_PID, 0, "Requests"),
-              _meta("thread_name", ENGINE_PID, 0, "steps")]
-    phases = trace_phases(trace)
-    events += [_meta("thread_name", ENGINE_PID, i, phase)
-               for i, phase in enumerate(phases, start=1)]
-    events += [_meta("thread_name", REQUESTS_PID, tid, rid) for rid, tid in tids.items()]
-    events += [_meta("thread_sort_index", REQUESTS_PID, tid, tid, key="sort_index")
-               for tid in tids.values()]
-    waiting_since = {rid: t.arrival for rid, t in timelines.items()}
+    chrome = _ChromeTrace(trace)
+    events = chrome.metadata()
     for record in trace.records:
-        start, end = us(record["t_start"]), us(record["t_end"])
-        events.append(_slice(f"step {record['step']}", ENGINE_PID, 0, start, end - start, {
-            "step": record["step"], "rows": record["num_rows"], "padded_rows": record["padded_rows"],
-            "token_budget": record["token_budget"], "policy": record["policy"],
-            "segments": len(record["segments"]), "error": record["error"]}))
-        offset = start
-        for i, phase in enumerate(phases, start=1):
-            dur = record["durations_ms"].get(phase, 0) * 1e3
-            events.append(_slice(phase, ENGINE_PID, i, offset, dur, {"step": record["step"]}))
-            offset += dur
-        kv = record["kv"]
-        events.append(_counter("KV blocks", start, {"used": kv["num_blocks"] - kv["num_free"],
-                                                     "cached": kv["num_cached"]}))
-        events.append(_counter("queues", start, {"waiting": record["num_waiting"],
-                                                  "running": record["num_running"]}))
-        for segment in record["segments"]:
-            rid = segment["request_id"]
-            tid = tids[rid]
-            if rid in waiting_since:
-                since = us(waiting_since.pop(rid))
-                events.append(_slice("waiting", REQUESTS_PID, tid, since, max(start - since, 0), {}))
-            args = {"step": record["step"], "tokens": segment["num_rows"],
-                    "num_cached": segment["num_cached"], "num_keys": segment["num_keys"]}
-            if rid in record["admitted"]:
-                args["prefix_hit_tokens"] = record["admitted"][rid]
-            events.append(_slice(SLICE_NAMES[segment["kind"]], REQUESTS_PID, tid, start,
-                                 end - start, args))
-            if segment["sampled"] and timelines[rid].token_times[0] == record["t_end"]:
-                events.append(_instant("first token", REQUESTS_PID, tid, end))
-        for rid in record["preempted"]:
-            events.append(_instant("preempted", REQUESTS_PID, tids[rid], start))
-            waiting_since[rid] = record["t_end"]
-        for rid, reason in record["finished"].items():
-            if rid in tids:
-                events.append(_instant(f"finished ({reason})", REQUESTS_PID, tids[rid], end))
-    events += [{**_instant("recording gap", ENGINE_PID, 0, us(gap["time"])),
+        events += chrome.engine_events(record) + chrome.request_events(record)
+    events += [{**_instant("recording gap", ENGINE_PID, 0, chrome.us(gap["time"])),
                 "s": "p", "args": {"step": gap["step"], "lost": gap["lost"],
                                    "error": gap["error"]}} for gap in trace.gaps]
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"model": trace.header["model"]["name"],
                           "hardware": trace.header["hardware"],
                           "started_at": trace.header["started_at"]}}
+
+
+class _ChromeTrace:
+    """Trace events of one run: the Engine process's step, phase and counter tracks, and a
+    track per request in the Requests process."""
+
+    def __init__(self, trace: Trace):
+        self.origin = min((e.data["t_start"] if e.kind == "record" else e.time
+                           for e in trace.entries), default=trace.header["started_at"])
+        self.phases = trace_phases(trace)
+        self.timelines = request_timelines(trace)
+        self.tids = {rid: i for i, rid in enumerate(self.timelines, start=1)}
+        self.waiting_since = {rid: t.arrival for rid, t in self.timelines.items()}
+
+    def us(self, t: float) -> float:
+        return round((t - self.origin) * 1e6, 3)
+
+    def metadata(self) -> list[dict]:
+        events = [_meta("process_name", ENGINE_PID, 0, "Engine"),
+                  _meta("process_name", REQUESTS_PID, 0, "Requests"),
+                  _meta("thread_name", ENGINE_PID, 0, "steps")]
+        events += [_meta("thread_name", ENGINE_PID, i, phase)
+                   for i, phase in enumerate(self.phases, start=1)]
+        events += [_meta("thread_name", REQUESTS_PID, tid, rid) for rid, tid in self.tids.items()]
+        events += [_meta("thread_sort_index", REQUESTS_PID, tid, tid, key="sort_index")
+                   for tid in self.tids.values()]
+        return events
+
+    def engine_events(self, record: dict) -> list[dict]:
+        start, end = self.us(record["t_start"]), self.us(record["t_end"])
+        events = [_slice(f"step {record['step']}", ENGINE_PID, 0, start, end - start, {
+            "step": record["step"], "rows": record["num_rows"], "padded_rows": record["padded_rows"],
+            "token_budget": record["token_budget"], "policy": record["policy"],
+            "segments": len(record["segments"]), "error": record["error"]})]
+        offset = start
+        for i, phase in enumerate(self.phases, start=1):
+            dur = record["durations_ms"].get(phase, 0) * 1e3
+            events.append(_slice(phase, ENGINE_PID, i, offset, dur, {"step": record["step"]}))
+            offset += dur
+        kv = record["kv"]
+        return events + [
+            _counter("KV blocks", start, {"used": kv["num_blocks"] - kv["num_free"],
+                                          "cached": kv["num_cached"]}),
+            _counter("queues", start, {"waiting": record["num_waiting"],
+                                       "running": record["num_running"]})]
+
+    def request_events(self, record: dict) -> list[dict]:
+        start, end = self.us(record["t_start"]), self.us(record["t_end"])
+        events = []
+        for segment in record["segments"]:
+            events += self._segment_events(record, segment, start, end)
+        for rid in record["preempted"]:
+            events.append(_instant("preempted", REQUESTS_PID, self.tids[rid], start))
+            self.waiting_since[rid] = record["t_end"]
+        events += [_instant(f"finished ({reason})", REQUESTS_PID, self.tids[rid], end)
+                   for rid, reason in record["finished"].items() if rid in self.tids]
+        return events
+
+    def _segment_events(self, record: dict, segment: dict, start: float, end: float) -> list:
+        rid = segment["request_id"]
+        tid = self.tids[rid]
+        events = []
+        if rid in self.waiting_since:
+            since = self.us(self.waiting_since.pop(rid))
+            events.append(_slice("waiting", REQUESTS_PID, tid, since, max(start - since, 0), {}))
+        args = {"step": record["step"], "tokens": segment["num_rows"],
+                "num_cached": segment["num_cached"], "num_keys": segment["num_keys"]}
+        if rid in record["admitted"]:
+            args["prefix_hit_tokens"] = record["admitted"][rid]
+        events.append(_slice(SLICE_NAMES[segment["kind"]], REQUESTS_PID, tid, start, end - start,
+                             args))
+        if segment["sampled"] and self.timelines[rid].token_times[0] == record["t_end"]:
+            events.append(_instant("first token", REQUESTS_PID, tid, end))
+        return events
 
 
 def _meta(name: str, pid: int, tid: int, value, key: str = "name") -> dict:
