@@ -49,6 +49,17 @@ GRACEFUL_SHUTDOWN_S = 3
 DESCRIPTION = "Batchscope: a live dashboard of an LLM engine's continuous batching."
 
 
+class DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` only where the help does not already speak of its default and
+    there is a value to show (a flag that is off, or left to the engine, shows none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def common_arguments() -> argparse.ArgumentParser:
     """The flags of both modes (parsed first, without importing the engine)."""
     on_space = bool(os.environ.get("SPACE_ID"))
@@ -67,7 +78,7 @@ def common_arguments() -> argparse.ArgumentParser:
 def build_replay_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=DESCRIPTION + " Replay mode.",
                                      parents=[common_arguments()],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsOnce)
     parser.add_argument("--shared-view", action="store_true",
                         help="one playback for every viewer, driven by anyone's controls (a "
                              "workshop following the presenter); by default each viewer plays, "
@@ -81,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         description=DESCRIPTION, parents=[common_arguments()],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     parser.add_argument("--model", default="default",
                         help="'default' (SmolLM2-135M-Instruct), a Hugging Face model directory "
@@ -93,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show every visitor the text of all requests (workshops); by "
                              "default a visitor sees only the text of their own requests")
     parser.add_argument("--presenter-key", metavar="KEY",
-                        help="presenter controls (pause, slow motion, policy, budget: they act "
+                        help="presenter controls (pause, slow motion, policy, budget, Record: they act "
                              "on everyone) work only for visitors who enter KEY; without it "
                              "they are open, or hidden on a Hugging Face Space")
     engine = parser.add_argument_group("engine")
@@ -125,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default="auto", help="auto: flash-attn on CUDA when installed")
     engine.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                         help="replay decode-only steps from CUDA graphs (default: on with CUDA)")
-    engine.add_argument("--seed", type=int, default=0)
+    engine.add_argument("--seed", type=int, default=0, help="seed of the engine's sampling")
     add_limit_arguments(parser)
     return parser
 

@@ -165,3 +165,15 @@ def test_stopping_the_server_removes_every_engine_subscription(tiny_model_dir, m
         llm.wait_ready(120)
         assert any(c.__module__.startswith("viz.") for c in live)  # the hub watches the engine
     assert [c for c in live if c.__module__.startswith("viz.")] == []
+
+
+@pytest.mark.parametrize("parser", ["live", "replay"])
+def test_help_states_each_default_once_and_never_none(parser):
+    import re
+
+    build = dashboard.build_parser if parser == "live" else dashboard.build_replay_parser
+    text = " ".join(build().format_help().split())
+    options = re.split(r" (?=--[a-z])", text.split("options:", 1)[1])
+    for option in options:
+        assert option.count("(default") <= 1, option
+        assert "(default: None)" not in option and "(default: False)" not in option, option
