@@ -32,11 +32,15 @@ def test_every_preset_plans_valid_requests(library, tokenizer):
         assert all(p.label for p in planned)
 
 
-def test_article_scenario_is_500_200_then_100_tokens(library, tokenizer):
+def test_article_scenario_is_499_then_200_then_100_tokens(library, tokenizer):
     preset = library.presets["article"]
     planned = plan_shot(library, preset, Knobs(9, 16, 0.5, 999), tokenizer)
-    assert [len(p.prompt) for p in planned] == [500, 200, 100]  # count/spacing do not apply
-    assert [p.after_decoding for p in planned] == [False, False, True]
+    assert [len(p.prompt) for p in planned] == [499, 200, 100]  # count/spacing do not apply
+    assert [p.after_decoding for p in planned] == [False, True, True]
+    assert [p.params.max_tokens for p in planned] == [16, 16, 16]  # the slider's
+    assert all(p.params.ignore_eos for p in planned)
+    short = plan_shot(library, preset, Knobs(3, 1, 0.5, 0), tokenizer)
+    assert [p.params.max_tokens for p in short] == [3, 3, 1]  # A and B outlive C's arrival
     assert [p.request_id[0] for p in planned] == ["A", "B", "C"]
     again = plan_shot(library, preset, Knobs(3, 16, 0.5, 0), tokenizer)
     assert again[2].prompt[:16] != planned[2].prompt[:16]  # no prefix-cache hit across shots

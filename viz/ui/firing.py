@@ -60,8 +60,9 @@ def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
     for i, spec in enumerate(specs):
         rid = f"{spec.label}{next(_request_numbers)}"
         prompt, label = _prompt(library, preset, spec, tokenizer, f"{rid}, shot {shot}")
-        params = SamplingParams(max_tokens=spec.max_tokens or knobs.max_tokens,
-                                temperature=knobs.temperature)
+        max_tokens = spec.max_tokens or max(knobs.max_tokens, spec.min_max_tokens or 0)
+        params = SamplingParams(max_tokens=max_tokens, temperature=knobs.temperature,
+                                ignore_eos=preset.ignore_eos)
         planned.append(PlannedRequest(rid, prompt, label, params, i * spacing, spec.after_decoding))
     return planned
 

@@ -23,6 +23,7 @@ class RequestSpec:
     tokens: int | None = None  # exact prompt length in tokens (raw, no chat template)
     label: str = "q"  # request id prefix, e.g. "A" -> "A7"
     max_tokens: int | None = None  # overrides the preset's (slider's) value
+    min_max_tokens: int | None = None  # the slider's value, but at least this many
     after_decoding: bool = False  # arrive once every earlier request of the shot is decoding
 
 
@@ -41,6 +42,7 @@ class Preset:
     system: str | None = None
     chat: bool = True
     fixed: bool = False  # the request list is the workload: count and spacing do not apply
+    ignore_eos: bool = False  # every request generates exactly its max tokens
 
 
 @dataclass(frozen=True, slots=True)
