@@ -43,3 +43,14 @@ def test_icons_and_symbols_are_glyphs_of_the_installed_font():
         if FONT_FAMILY not in families:
             missing.append(f"{char} U+{ord(char):04X}")
     assert not missing
+
+
+def test_page_errors_are_said_in_each_language():
+    from viz.ui.strings import PAGE, PageError
+
+    error = PageError("model_loading")
+    assert str(error) == "the model is still loading"
+    assert PAGE.both("not_fired", reason=error) == \
+        "Not fired: the model is still loading · 未发射：模型仍在加载"
+    assert PAGE.both("not_fired", reason=ValueError("prompt too long")).endswith(
+        "未发射：prompt too long")

@@ -18,6 +18,7 @@ from engine.telemetry import RequestEvent
 
 from ..live.hub import TelemetryHub
 from .presets import Preset, PresetLibrary, RequestSpec
+from .strings import PageError
 
 log = logging.getLogger(__name__)
 AFTER_DECODING_TIMEOUT_S = 60.0
@@ -85,8 +86,8 @@ class Firing:
         """Validate every request now (ValueError), then submit them in the background."""
         llm = self.llm
         if llm.state != "ready":
-            raise RuntimeError("the model is still loading" if llm.state == "loading"
-                               else f"the engine is {llm.state}: {llm.load_error}")
+            raise PageError("model_loading") if llm.state == "loading" else \
+                PageError("engine_state", state=llm.state, error=llm.load_error)
         tokenized = [_tokenized(llm.engine, item) for item in planned]
         self._count(len(tokenized))
         thread = threading.Thread(target=self.submit, args=(tokenized, owner),
@@ -151,7 +152,7 @@ def _exact_tokens(text: str, num_tokens: int, tokenizer, nonce: str) -> list[int
     """``num_tokens`` token ids of ``text``, led by a nonce so no prefix-cache hit shortens
     the prefill a preset means to show."""
     if tokenizer is None:
-        raise ValueError("this preset needs a model with a tokenizer")
+        raise PageError("needs_tokenizer")
     ids = tokenizer.encode(f"[{nonce}] {text}")
     while len(ids) < num_tokens:  # continuations: no second BOS in the middle
         ids += tokenizer.encode(" " + text, add_special_tokens=False)

@@ -17,7 +17,7 @@ from ..traces.recording import Recorder
 from .firing import Firing, Knobs, plan_shot
 from .presenter import ALLOWED, MISSING, WRONG, PresenterAccess
 from .presets import PresetLibrary
-from .strings import PAGE, Strings
+from .strings import PAGE, PageError, Strings
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
@@ -49,7 +49,7 @@ class DashboardHandlers:
             planned = plan_shot(self.library, self.library.presets[preset_id], knobs,
                                 tokenizer, text or "")
             ids = self.firing.fire(planned, self.owner(request))
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError, PageError) as exc:
             gr.Warning(self.strings.both("not_fired", reason=exc))
             return self.strings.both("not_fired", reason=exc)
         return self.strings.both("fired", count=len(ids), ids=", ".join(ids))
@@ -98,12 +98,11 @@ class DashboardHandlers:
         tab = request.session_hash
         if not on:
             return self._stopped(self.recorder.stop(tab))
-        try:
-            self.recorder.start(tab, self.owner(request))
-        except RuntimeError as exc:
-            gr.Warning(self.strings.both("not_recording", reason=exc))
-            return (False, gr.DownloadButton(interactive=False),
-                    self.strings.both("not_recording", reason=exc))
+        if self.llm.state != "ready":
+            message = self.strings.both("not_recording", reason=PageError("model_loading"))
+            gr.Warning(message)
+            return False, gr.DownloadButton(interactive=False), message
+        self.recorder.start(tab, self.owner(request))
         return (True, gr.DownloadButton(value=None, interactive=False),
                 self.strings.both("recording", steps=self.recorder.limits.max_records))
 

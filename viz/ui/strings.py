@@ -18,11 +18,22 @@ LANGUAGES = ("en", "zh")
 JOINT = " · "
 
 
+class PageError(Exception):
+    """An error a visitor reads, named by its key in the table (shown in their language)."""
+
+    def __init__(self, key: str, **fields):
+        super().__init__(PAGE.en(key, **fields))
+        self.key, self.fields = key, fields
+
+
 @dataclass(frozen=True, slots=True)
 class Strings:
     table: dict[str, dict[str, str]]
 
     def text(self, key: str, language: str, **fields) -> str:
+        """The text of ``key``; a field that is a ``PageError`` is said in the same language."""
+        fields = {name: self.text(value.key, language, **value.fields)
+                  if isinstance(value, PageError) else value for name, value in fields.items()}
         return self.table[key][language].format(**fields)
 
     def en(self, key: str, **fields) -> str:
