@@ -27,6 +27,7 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
+from serve.proxies import add_proxy_argument, uvicorn_proxy_options
 from viz.live.hub import TelemetryHub
 from viz.live.identity import VisitorCookies, VisitorIdentity
 from viz.live.privacy import new_secret
@@ -72,6 +73,7 @@ def common_arguments() -> argparse.ArgumentParser:
     parser.add_argument("--replay", metavar="TRACE",
                         help="replay a recorded trace (.jsonl or .jsonl.gz) with no model: "
                              "python app.py --replay TRACE [--host H] [--port P]")
+    add_proxy_argument(parser)
     return parser
 
 
@@ -258,12 +260,9 @@ def main(argv: list[str] | None = None) -> None:
             what += f", recording to {args.record}"
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
-    # Behind a Space's proxy every client has the proxy's address: trust X-Forwarded-For there,
-    # so per-client API limits count real clients.
-    forwarded = "*" if os.environ.get("SPACE_ID") else None
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                proxy_headers=True, forwarded_allow_ips=forwarded,
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                **uvicorn_proxy_options(args.forwarded_allow_ips))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,18 @@
 Names are imported lazily (PEP 562) so that ``engine.telemetry`` can be used without torch,
 e.g. by replay mode, which shows a recorded run with no model loaded.
 """
-from importlib import import_module
+from .lazy import lazy_exports
 
 _EXPORTS = {
     "LLM": ".llm",
     "AsyncLLM": ".async_llm",
-    "RequestStream": ".async_llm",
+    "RequestStream": ".request_stream",
+    "EngineDeadError": ".engine_loop",
+    "ModelInfo": ".info",
+    "Prepared": ".prompts",
+    "PromptTooLongError": ".prompts",
+    "RecordSource": ".record_source",
+    "SourceInfo": ".record_source",
     "LLMEngine": ".llm_engine",
     "EngineConfig": ".config",
     "SamplingParams": ".sampling_params",
@@ -19,9 +25,4 @@ _EXPORTS = {
     "SCHEMA_VERSION": ".telemetry",
 }
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    return getattr(import_module(_EXPORTS[name], __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

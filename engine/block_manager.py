@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from .request import Request
-from .telemetry import KVPoolState
+from .telemetry import KV_DETAIL_LIMIT, KVPoolState
 
 
 @dataclass(slots=True)
@@ -142,14 +142,17 @@ class BlockManager:
 
     # ---- views and checks ------------------------------------------------------------------
     def snapshot(self) -> KVPoolState:
+        """The pool for this step's record: counts, and per-block lists unless the pool is
+        larger than ``KV_DETAIL_LIMIT`` blocks (the views then draw counts only)."""
+        detailed = self.num_blocks <= KV_DETAIL_LIMIT
         return KVPoolState(
             num_blocks=self.num_blocks,
             block_size=self.block_size,
             num_free=len(self.free_queue),
             num_cached=len(self.cache),
-            ref_counts=self.ref_counts.copy(),
-            owners=self.owners.copy(),
-            cached=sorted(self.cache.values()),
+            ref_counts=self.ref_counts.copy() if detailed else None,
+            owners=self.owners.copy() if detailed else None,
+            cached=sorted(self.cache.values()) if detailed else None,
         )
 
     def check_invariants(self, live: list[Request]) -> None:

@@ -12,6 +12,7 @@ from .detokenizer import IncrementalDetokenizer
 from .loader import load_model
 from .model_runner import ModelRunner
 from .outputs import RequestDelta
+from .prompts import Prepared, Preparer, Prompt
 from .request import Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
@@ -19,7 +20,6 @@ from .telemetry import PHASES, IterationRecord, RequestState, Segment
 from .timing import PhaseTimer
 
 log = logging.getLogger(__name__)
-Prompt = str | list[int]
 
 
 @dataclass
@@ -54,6 +54,8 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.runner = ModelRunner(self.loaded, self.config)
+        self.preparer = Preparer(self.tokenizer, self.vocab_size, self.config.max_model_len,
+                                 self.config.block_size, self.config.num_kv_blocks)
         self.requests: dict[str, Request] = {}
         self.step_index = 0
         self._ids = itertools.count()
@@ -62,53 +64,24 @@ class LLMEngine:
 
     # ---- requests ------------------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt, validated against the vocabulary and ``max_model_len``."""
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("prompt: this model has no tokenizer; pass a list of token ids")
-            token_ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, (list, tuple)):
-            token_ids = list(prompt)
-            bad = next((t for t in token_ids if not _is_token(t, self.vocab_size)), None)
-            if bad is not None:
-                raise ValueError(
-                    f"prompt: token id {bad!r} is outside the vocabulary [0, {self.vocab_size})"
-                )
-        else:
-            raise ValueError(f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}")
-        if not token_ids:
-            raise ValueError("prompt: must contain at least one token")
-        limit = self.config.max_model_len
-        if len(token_ids) >= limit:
-            raise ValueError(
-                f"prompt: {len(token_ids)} tokens, but max_model_len is {limit} "
-                "(the prompt must leave room for at least one generated token)"
-            )
-        return token_ids
+        """(The dashboard's firing path, until it moves to ``AsyncLLM.prepare``.)"""
+        return self.preparer.tokenize(prompt)
 
     def check_fits(self, num_prompt_tokens: int, params: SamplingParams) -> None:
-        """Reject a request whose longest possible run could never fit the KV pool."""
-        longest = min(num_prompt_tokens + params.max_tokens, self.config.max_model_len) - 1
-        needed = self.block_manager.blocks_needed(longest)
-        if needed > self.config.num_kv_blocks:
-            raise ValueError(
-                f"request needs up to {needed} KV blocks ({longest} tokens) but the pool has "
-                f"num_kv_blocks={self.config.num_kv_blocks}; lower max_tokens or the prompt"
-            )
+        self.preparer.check_fits(num_prompt_tokens, params)
 
-    def make_request(self, prompt: Prompt, params: SamplingParams | None = None,
+    def make_request(self, prompt: Prompt | Prepared, params: SamplingParams | None = None,
                      request_id: str | None = None) -> Request:
-        """Validate and build a request without touching engine state (any thread)."""
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling_params: expected SamplingParams, got {type(params).__name__}")
-        params.validate()
-        token_ids = self.tokenize(prompt)
-        self.check_fits(len(token_ids), params)
-        request_id = request_id or f"r{next(self._ids)}"
+        """Validate (unless ``prompt`` is already Prepared) and build a request without
+        touching engine state (any thread)."""
+        if not isinstance(prompt, Prepared):
+            prompt = self.preparer.prepare(prompt, params)
+        elif params is not None:
+            raise ValueError("sampling_params: a Prepared prompt carries its own")
+        params = prompt.params
         request = Request(
-            request_id=request_id,
-            prompt_token_ids=token_ids,
+            request_id=request_id or f"r{next(self._ids)}",
+            prompt_token_ids=list(prompt.token_ids),
             sampling_params=params,
             detokenizer=IncrementalDetokenizer(self.tokenizer, list(params.stop)),
             eos_token_ids=frozenset() if params.ignore_eos else self.loaded.eos_token_ids,
@@ -138,9 +111,6 @@ class LLMEngine:
         self._pending.aborted.append(request)
         self._pending.finished[request_id] = reason
         return RequestDelta(request_id, [], request.detokenizer.finish(), True, reason)
-
-    def detokenize(self, token_ids: list[int]) -> str | None:
-        return self.tokenizer.decode(token_ids) if self.tokenizer is not None else None
 
     @property
     def has_unfinished(self) -> bool:
@@ -289,5 +259,3 @@ def _state(request: Request) -> RequestState:
     )
 
 
-def _is_token(value, vocab_size: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size

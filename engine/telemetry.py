@@ -4,12 +4,19 @@ Every engine step produces exactly one record. It is plain data (JSON-serializab
 ``to_dict``), versioned with ``SCHEMA_VERSION``, and this module is its only documentation.
 Views (viz/), the trace recorder and the metrics read records; none of them touch engine state.
 
-Schema (version 1), as produced by ``IterationRecord.to_dict()``:
+Records come from several engines (Batchscope's own, a vLLM engine through its plugin, a
+replayed trace), so a record names its ``source``, and its phases are the source's own.
+
+Schema (version 2), as produced by ``IterationRecord.to_dict()``:
 
 - ``schema_version`` int, ``step`` int (0-based, one per engine step)
+- ``source``: ``{"engine": "batchscope" | "vllm" | ..., "version": str, "row_order": "packed" |
+  "scheduled"}``; "packed": the segments are in the order the model runner packed the rows,
+  "scheduled": in scheduler order (that runner may reorder rows)
 - ``t_start``, ``t_end``: wall-clock seconds since the epoch (``time.time()``)
-- ``durations_ms``: ``{"schedule", "prepare", "forward", "sample", "postprocess", "total"}``;
-  on CUDA the prepare/forward/sample phases are read from CUDA events.
+- ``durations_ms``: ``"total"`` plus any of the source's phases (Batchscope: ``PHASES``,
+  schedule, prepare, forward, sample, postprocess; vLLM: schedule, execute, update), each a
+  non-negative number; on CUDA Batchscope reads prepare/forward/sample from CUDA events.
 - ``policy`` ("mixed" | "prefill_first"), ``token_budget`` (max_num_batched_tokens),
   ``chunked_prefill`` bool
 - ``num_rows``: packed rows of this step (sum of segment rows);
@@ -25,7 +32,8 @@ Schema (version 1), as produced by ``IterationRecord.to_dict()``:
 - ``kv``: ``{"num_blocks", "block_size", "num_free", "num_cached", "ref_counts": [per block],
   "owners": [per block: the request that allocated or revived it, None while free], "cached":
   [block ids holding a prefix-cache hash]}``. A block is free when its ref count is 0 (it may
-  still be cached).
+  still be cached). A pool of more than ``KV_DETAIL_LIMIT`` blocks ships counts only:
+  ``ref_counts``, ``owners`` and ``cached`` are then None.
 - ``admitted``: ``{request_id: prefix-cache hit tokens}`` (a request resumed after preemption
   often hits its own freed blocks); ``preempted``: [request_id];
   ``finished``: ``{request_id: finish_reason}``; ``aborted``: [request_id]
@@ -42,14 +50,25 @@ between records, for text panels and traces. ``{"kind" ("arrival" | "delta"), "r
 "time", "prompt" (arrival: the prompt text, or None), "num_prompt_tokens" (arrival),
 "token_ids" and "text" (delta: new tokens and newly final text), "finished", "finish_reason",
 "error"}``. Deltas of one request concatenate to its final text.
+
+Version 1 differs only in having no ``source``, exactly the Batchscope phases in
+``durations_ms`` and always the per-block lists; ``validate_record`` accepts both versions and
+``upgrade_record`` turns a version-1 record into a version-2 one, so old traces keep replaying.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SCHEMA_VERSIONS = (1, 2)  # what validate_record accepts
 
+ENGINE_NAME = "batchscope"
+ENGINE_VERSION = "0.2.0"
 PHASES = ("schedule", "prepare", "forward", "sample", "postprocess")
+ROW_ORDERS = ("packed", "scheduled")
+KV_DETAIL_LIMIT = 16384  # larger pools ship block counts without per-block lists
+BATCHSCOPE_SOURCE = {"engine": ENGINE_NAME, "version": ENGINE_VERSION, "row_order": "packed"}
+V1_SOURCE = {"engine": ENGINE_NAME, "version": "1", "row_order": "packed"}
 SEGMENT_KINDS = ("prefill", "prefill_chunk", "decode")
 REQUEST_STATES = ("waiting", "prefilling", "decoding", "preempted", "finished")
 
@@ -72,9 +91,9 @@ class KVPoolState:
     block_size: int
     num_free: int
     num_cached: int
-    ref_counts: list[int]
-    owners: list[str | None]
-    cached: list[int]
+    ref_counts: list[int] | None
+    owners: list[str | None] | None
+    cached: list[int] | None
 
 
 @dataclass(slots=True)
@@ -111,12 +130,14 @@ class IterationRecord:
     num_waiting: int = 0
     num_running: int = 0
     error: str | None = None
+    source: dict[str, str] = field(default_factory=lambda: dict(BATCHSCOPE_SOURCE))
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
         """Plain dicts and lists; written out by hand because ``asdict`` deep-copies every
         per-block list recursively, which is most of a record's cost on a large pool."""
         data = {name: getattr(self, name) for name in _SCALAR_FIELDS}
+        data["source"] = dict(self.source)
         data["durations_ms"] = dict(self.durations_ms)
         data["segments"] = [_slots_dict(s) for s in self.segments]
         data["cu_seqlens_q"] = list(self.cu_seqlens_q)
@@ -140,19 +161,56 @@ def _slots_dict(obj) -> dict:
     return {name: getattr(obj, name) for name in obj.__slots__}
 
 
+def upgrade_record(data: dict) -> dict:
+    """A version-2 record: ``data`` itself if it already is one, else an upgraded copy."""
+    if data.get("schema_version") != 1:
+        return data
+    return {**data, "schema_version": 2, "source": dict(V1_SOURCE)}
+
+
 def validate_record(data: dict) -> None:
-    """Raise ValueError naming the first field of ``data`` that breaks the schema."""
+    """Raise ValueError naming the first field of ``data`` that breaks the schema (v1 or v2)."""
     if not isinstance(data, dict):
         raise ValueError("record: expected a JSON object")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(
-            f"record: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}"
-        )
+    version = data.get("schema_version")
+    if version not in SCHEMA_VERSIONS:
+        raise ValueError(f"record: schema_version {version!r} is not one of {SCHEMA_VERSIONS}")
+    if version == 1:
+        _check_v1_durations(data)
+        data = upgrade_record(data)
     missing = [name for name in IterationRecord.__annotations__ if name not in data]
     if missing:
         raise ValueError(f"record: missing field(s) {missing}")
-    if set(data["durations_ms"]) != set(PHASES) | {"total"}:
+    _check_source(data["source"])
+    _check_durations(data["durations_ms"])
+    _check_segments(data)
+    _check_kv(data["kv"])
+    for rid, state in data["requests"].items():
+        if state.get("status") not in REQUEST_STATES:
+            raise ValueError(f"record.requests[{rid}].status: {state.get('status')!r}")
+
+
+def _check_v1_durations(data: dict) -> None:
+    if set(data.get("durations_ms", ())) != set(PHASES) | {"total"}:
         raise ValueError(f"record.durations_ms: expected keys {PHASES + ('total',)}")
+
+
+def _check_source(source: dict) -> None:
+    if not isinstance(source, dict) or not all(isinstance(source.get(k), str) for k in ("engine", "version")):
+        raise ValueError("record.source: expected {\"engine\": str, \"version\": str, \"row_order\"}")
+    if source.get("row_order") not in ROW_ORDERS:
+        raise ValueError(f"record.source.row_order: {source.get('row_order')!r} not in {ROW_ORDERS}")
+
+
+def _check_durations(durations: dict) -> None:
+    if "total" not in durations:
+        raise ValueError("record.durations_ms: must contain \"total\"")
+    for name, value in durations.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"record.durations_ms.{name}: {value!r} is not a non-negative number")
+
+
+def _check_segments(data: dict) -> None:
     cu = [0]
     for i, seg in enumerate(data["segments"]):
         if seg.get("kind") not in SEGMENT_KINDS:
@@ -168,14 +226,19 @@ def validate_record(data: dict) -> None:
         raise ValueError(f"record.cu_seqlens_q: {data['cu_seqlens_q']} != {cu}")
     if data["seq_lens_k"] != [seg["num_keys"] for seg in data["segments"]]:
         raise ValueError("record.seq_lens_k: must list each segment's num_keys")
-    kv = data["kv"]
-    if len(kv["ref_counts"]) != kv["num_blocks"] or len(kv["owners"]) != kv["num_blocks"]:
-        raise ValueError("record.kv: ref_counts and owners need one entry per block")
-    if kv["num_free"] != kv["ref_counts"].count(0):
+
+
+def _check_kv(kv: dict) -> None:
+    missing = [k for k in ("num_blocks", "block_size", "num_free", "num_cached") if not isinstance(kv.get(k), int)]
+    if missing:
+        raise ValueError(f"record.kv: {missing} must be integers")
+    ref_counts, owners = kv.get("ref_counts"), kv.get("owners")
+    if ref_counts is None and owners is None:
+        return  # a large pool: counts only
+    if ref_counts is None or owners is None or not len(ref_counts) == len(owners) == kv["num_blocks"]:
+        raise ValueError("record.kv: ref_counts and owners need one entry per block (or both null)")
+    if kv["num_free"] != ref_counts.count(0):
         raise ValueError("record.kv.num_free: must count the blocks with ref count 0")
-    for rid, state in data["requests"].items():
-        if state.get("status") not in REQUEST_STATES:
-            raise ValueError(f"record.requests[{rid}].status: {state.get('status')!r}")
 
 
 @dataclass(slots=True)

@@ -84,7 +84,8 @@ def main() -> None:
     parser.add_argument("--text", choices=("full", "redacted"), default="full")
     args = parser.parse_args()
     llm = AsyncLLM(args.model, **ENGINE_CONFIG)
-    engine = llm.wait_ready(600)
+    llm.wait_ready(600)
+    engine = llm.engine  # make_header still takes the engine
     out = args.out or f"assets/traces/{engine.model_name.lower()}-{engine.config.device}.jsonl.gz"
     started = time.perf_counter()
     with TraceWriter(out, make_header(engine, args.text)).attach(llm):

@@ -1,7 +1,7 @@
 """Limits that keep a public server alive, and the admission control that enforces them.
 
-Clients are told apart by ``request.client.host``. Behind a reverse proxy (a Hugging Face
-Space) run uvicorn with ``proxy_headers`` and ``forwarded_allow_ips`` so that is the real client.
+Clients are told apart by ``request.client.host``: the socket peer, or behind a trusted proxy
+the address it forwarded (``proxies.py``).
 """
 from __future__ import annotations
 

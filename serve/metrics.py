@@ -1,19 +1,23 @@
-"""Prometheus metrics of one engine, in a registry of their own (one per app).
+"""Prometheus metrics of one record source, in a registry of their own (one per app).
 
-Gauges and step counters come from each IterationRecord; per-request latencies (TTFT,
-inter-token, end-to-end) come from RequestEvents, so dashboard requests count as API ones do.
-Both callbacks run on the engine thread and do a handful of O(1) updates each.
+Any RecordSource feeds them (Batchscope's engine, or another engine's records). The waiting
+and running gauges are read from the source's ``counts()`` at scrape time, both from one
+call, so /metrics shows the same numbers as the dashboard at every moment (a request counts
+as waiting as soon as it is handed over, even while the engine is paused). KV gauges and step
+counters come from each IterationRecord dict; per-request latencies (TTFT, inter-token,
+end-to-end) come from RequestEvent dicts, so dashboard requests count as API ones do. Both
+callbacks run on the producer's thread and do a handful of O(1) updates each.
 
-Events also keep the idle state exact: an abort applied while nothing else runs produces no
+Events also keep the idle pool exact: an abort applied while nothing else runs produces no
 further step (so no record), but its final delta does arrive, and once no request is live
-the pool is necessarily all free.
+the pool is necessarily all free. ``close()`` unsubscribes (the API calls it at shutdown).
 """
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
-from engine import AsyncLLM, IterationRecord
-from engine.telemetry import RequestEvent
+from engine.record_source import RecordSource
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -22,11 +26,10 @@ TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 class EngineMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, llm: AsyncLLM):
+    def __init__(self, source: RecordSource):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.running = Gauge("batchscope_requests_running", "Requests in the running batch", registry=r)
-        self.waiting = Gauge("batchscope_requests_waiting", "Requests waiting for admission", registry=r)
+        r.register(QueueCollector(source))
         self.kv_free = Gauge("batchscope_kv_blocks_free", "KV cache blocks with no owner", registry=r)
         self.kv_total = Gauge("batchscope_kv_blocks_total", "KV cache blocks in the pool", registry=r)
         self.iterations = Counter("batchscope_iterations", "Engine steps", registry=r)
@@ -49,51 +52,65 @@ class EngineMetrics:
         self._num_blocks: int | None = None
         self._arrival: dict[str, float] = {}
         self._last_token: dict[str, float] = {}
-        llm.subscribe(self.on_record)
-        llm.subscribe_events(self.on_event)
+        self._unsubscribe = [source.subscribe(self.on_record), source.subscribe_events(self.on_event)]
+
+    def close(self) -> None:
+        """Stop listening to the source (idempotent)."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, []
+        for remove in unsubscribe:
+            remove()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
-    def on_record(self, record: IterationRecord) -> None:
-        self.running.set(record.num_running)
-        self.waiting.set(record.num_waiting)
-        self.kv_free.set(record.kv.num_free)
-        self.kv_total.set(record.kv.num_blocks)
-        self._num_blocks = record.kv.num_blocks
+    def on_record(self, record: dict) -> None:
+        kv = record["kv"]
+        self.kv_free.set(kv["num_free"])
+        self.kv_total.set(kv["num_blocks"])
+        self._num_blocks = kv["num_blocks"]
         self.iterations.inc()
-        self.iteration_tokens.observe(record.num_rows)
-        self.step_seconds.observe(record.durations_ms["total"] / 1e3)
-        self.generation_tokens.inc(len(record.sampled))
-        self.prompt_tokens.inc(sum(s.num_rows for s in record.segments if s.kind != "decode"))
-        self.preemptions.inc(len(record.preempted))
-        if record.error is not None:
+        self.iteration_tokens.observe(record["num_rows"])
+        self.step_seconds.observe(record["durations_ms"]["total"] / 1e3)
+        self.generation_tokens.inc(len(record["sampled"]))
+        self.prompt_tokens.inc(sum(s["num_rows"] for s in record["segments"] if s["kind"] != "decode"))
+        self.preemptions.inc(len(record["preempted"]))
+        if record["error"] is not None:
             self.step_errors.inc()
 
-    def on_event(self, event: RequestEvent) -> None:
-        rid = event.request_id
-        if event.kind == "arrival":
-            self._arrival[rid] = event.time
+    def on_event(self, event: dict) -> None:
+        rid, now = event["request_id"], event["time"]
+        if event["kind"] == "arrival":
+            self._arrival[rid] = now
             return
         arrival = self._arrival.get(rid)
         if arrival is None:  # arrived before we subscribed
             return
-        if event.token_ids:
+        if event["token_ids"]:
             previous = self._last_token.get(rid)
             if previous is None:
-                self.ttft.observe(event.time - arrival)
+                self.ttft.observe(now - arrival)
             else:
-                self.itl.observe((event.time - previous) / len(event.token_ids))
-            self._last_token[rid] = event.time
-        if event.finished:
-            self.e2e.observe(event.time - arrival)
-            self.finished.labels(event.finish_reason or "unknown").inc()
+                self.itl.observe((now - previous) / len(event["token_ids"]))
+            self._last_token[rid] = now
+        if event["finished"]:
+            self.e2e.observe(now - arrival)
+            self.finished.labels(event["finish_reason"] or "unknown").inc()
             del self._arrival[rid]
             self._last_token.pop(rid, None)
             if not self._arrival and self._num_blocks is not None:
-                self._show_idle(self._num_blocks)
+                self.kv_free.set(self._num_blocks)
 
-    def _show_idle(self, num_blocks: int) -> None:
-        self.running.set(0)
-        self.waiting.set(0)
-        self.kv_free.set(num_blocks)
+
+class QueueCollector:
+    """The waiting and running gauges, from one ``counts()`` call per scrape."""
+
+    def __init__(self, source: RecordSource):
+        self.source = source
+
+    def collect(self):
+        counts = self.source.counts()
+        yield GaugeMetricFamily("batchscope_requests_running", "Requests in the running batch",
+                                value=counts["running"])
+        yield GaugeMetricFamily("batchscope_requests_waiting",
+                                "Requests handed to the engine and waiting for admission",
+                                value=counts["waiting"])

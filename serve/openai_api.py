@@ -4,36 +4,54 @@ join the same batch and show up in the same views (ids ``cmpl-<n>`` and ``chatcm
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from jinja2 import TemplateError
 from starlette.concurrency import run_in_threadpool
 
-from engine import AsyncLLM, LLMEngine, SamplingParams
+from engine import AsyncLLM, EngineDeadError, ModelInfo, Prepared, PromptTooLongError, SamplingParams
 
 from .body import read_body
 from .calls import ApiCall, EventStreamResponse
 from .errors import ApiError, bad_request, engine_failure, handle_api_error
 from .limits import Admission, ApiLimits
 from .metrics import EngineMetrics
-from .protocol import ChatCompletionBody, ChatMessage, CompletionBody, GenerationBody
+from .protocol import ChatCompletionBody, CompletionBody, GenerationBody
 from .responses import CHAT, COMPLETIONS, Endpoint, Reply, sse, usage
 
 MODEL_ALIASES = ("default", "batchscope")
 OPENAI_DEFAULT_MAX_TOKENS = 16  # /v1/completions' default in OpenAI's API
+PARAMS = ("prompt", "messages", "max_tokens")  # inputs a refused prompt's message may lead with
 _request_numbers = itertools.count(1)  # process-wide: several apps may share one engine
 
 
 def install_api(app: FastAPI, llm: AsyncLLM, limits: ApiLimits | None = None) -> None:
-    """Register the API routes on ``app`` (before anything is mounted at "/")."""
+    """Register the API routes on ``app`` (before anything is mounted at "/"). Its metrics
+    subscribe to ``llm`` now and unsubscribe when the app shuts down."""
     api = OpenAIApi(llm, limits or ApiLimits())
     app.add_exception_handler(ApiError, handle_api_error)
     app.include_router(api.router())
+    close_on_shutdown(app, api.metrics.close)
+
+
+def close_on_shutdown(app: FastAPI, close: Callable[[], None]) -> None:
+    """Run ``close`` after the app's own lifespan ends (whatever lifespan it was given)."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(running_app):
+        try:
+            async with inner(running_app) as state:
+                yield state
+        finally:
+            close()
+
+    app.router.lifespan_context = lifespan
 
 
 class OpenAIApi:
@@ -55,53 +73,54 @@ class OpenAIApi:
 
     # ---- routes --------------------------------------------------------------------------
     async def models(self) -> dict:
-        engine = self._ready_engine()
+        info = self._ready_model()
         return {"object": "list", "data": [{
-            "id": engine.model_name, "object": "model", "created": self.created,
-            "owned_by": "batchscope", "max_model_len": engine.config.max_model_len,
+            "id": info.name, "object": "model", "created": self.created,
+            "owned_by": "batchscope", "max_model_len": info.max_model_len,
         }]}
 
     async def completions(self, request: Request) -> Response:
-        engine = self._ready_engine()
+        info = self._ready_model()
         body = await read_body(request, CompletionBody, self.limits.max_body_bytes)
-        self._check_model(engine, body.model)
-        prompt_ids = await run_in_threadpool(self._tokenize, engine, body.prompt, "prompt")
-        default = min(OPENAI_DEFAULT_MAX_TOKENS, self.limits.max_tokens)
-        return await self._generate(request, COMPLETIONS, engine, body, prompt_ids, default)
+        self._check_model(info, body.model)
+        params = self._sampling_params(body, min(OPENAI_DEFAULT_MAX_TOKENS, self.limits.max_tokens))
+        prepared = await run_in_threadpool(self._prepare, self.llm.prepare, body.prompt, params, "prompt")
+        return await self._generate(request, COMPLETIONS, info, body, prepared)
 
     async def chat_completions(self, request: Request) -> Response:
-        engine = self._ready_engine()
+        info = self._ready_model()
         body = await read_body(request, ChatCompletionBody, self.limits.max_body_bytes)
-        self._check_model(engine, body.model)
-        prompt_ids = await run_in_threadpool(self._chat_prompt, engine, body.messages)
-        return await self._generate(request, CHAT, engine, body, prompt_ids, self.limits.max_tokens)
+        self._check_model(info, body.model)
+        params = self._sampling_params(body, self.limits.max_tokens)
+        messages = [m.as_template_message() for m in body.messages]
+        prepared = await run_in_threadpool(self._prepare, self.llm.prepare_chat, messages, params, "messages")
+        return await self._generate(request, CHAT, info, body, prepared)
 
     async def healthz(self) -> JSONResponse:
-        engine = self.llm.engine
-        body = {"status": self.llm.state, "model": engine.model_name if engine else None,
-                "error": self.llm.load_error}
+        info = self.llm.model_info
+        body = {"status": self.llm.state, "model": info.name if info else None, "error": self.llm.error}
         return JSONResponse(body, status_code=200 if self.llm.state == "ready" else 503)
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.exposition(), media_type=self.metrics.content_type)
 
     # ---- generation ----------------------------------------------------------------------
-    async def _generate(self, request: Request, endpoint: Endpoint, engine: LLMEngine,
-                        body: GenerationBody, prompt_ids: list[int], default_max_tokens: int) -> Response:
-        params = self._sampling_params(body, default_max_tokens)
+    async def _generate(self, request: Request, endpoint: Endpoint, info: ModelInfo,
+                        body: GenerationBody, prepared: Prepared) -> Response:
         ticket = self.admission.admit(request.client.host if request.client else "unknown")
         request_id = f"{endpoint.id_prefix}-{next(_request_numbers)}"
         try:
-            stream = self.llm.add_request(prompt_ids, params, request_id=request_id)
-        except BaseException as exc:  # e.g. RuntimeError: the engine stopped meanwhile
+            stream = self.llm.add_request(prepared, request_id=request_id)
+        except BaseException as exc:  # e.g. the engine died or stopped meanwhile
             ticket.release()
-            if isinstance(exc, ValueError):  # prompt + max_tokens could never fit the KV pool
-                raise bad_request(str(exc), param="max_tokens") from None
+            if isinstance(exc, EngineDeadError):
+                raise self._unavailable() from None
             raise
         call = ApiCall(self.llm, stream, ticket)
-        reply = Reply(endpoint, request_id, engine.model_name, body.include_usage)
+        reply = Reply(endpoint, request_id, info.name, body.include_usage)
+        num_prompt_tokens = len(prepared.token_ids)
         if body.stream:
-            return EventStreamResponse(_events(call, reply, len(prompt_ids)), on_close=call.close)
+            return EventStreamResponse(_events(call, reply, num_prompt_tokens), on_close=call.close)
         try:
             outcome = await call.outcome(request)
         finally:
@@ -109,7 +128,7 @@ class OpenAIApi:
         if outcome.finish_reason == "error":
             raise engine_failure(outcome.error)
         return JSONResponse(reply.full(outcome.text, outcome.finish_reason,
-                                       usage(len(prompt_ids), outcome.num_tokens)))
+                                       usage(num_prompt_tokens, outcome.num_tokens)))
 
     def _sampling_params(self, body: GenerationBody, default_max_tokens: int) -> SamplingParams:
         if body.n != 1:
@@ -128,47 +147,39 @@ class OpenAIApi:
             raise bad_request(str(exc), param=_leading_word(str(exc))) from None
 
     # ---- prompts (run in a worker thread: tokenizing a long prompt takes a while) -----------
-    def _tokenize(self, engine: LLMEngine, prompt: str | list[int], param: str) -> list[int]:
+    def _prepare(self, prepare: Callable[..., Prepared], prompt, params: SamplingParams,
+                 param: str) -> Prepared:
         try:
-            token_ids = engine.tokenize(prompt)
+            return prepare(prompt, params, max_prompt_tokens=self.limits.max_prompt_tokens)
+        except EngineDeadError:
+            raise self._unavailable() from None
         except ValueError as exc:
-            raise bad_request(str(exc), param=param) from None
-        if len(token_ids) > self.limits.max_prompt_tokens:
-            raise bad_request(f"{param}: {len(token_ids)} tokens, over this server's limit of "
-                              f"{self.limits.max_prompt_tokens}", param=param,
-                              code="context_length_exceeded")
-        return token_ids
-
-    def _chat_prompt(self, engine: LLMEngine, messages: list[ChatMessage]) -> list[int]:
-        tokenizer = engine.tokenizer
-        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-            raise bad_request("messages: this model has no chat template; use /v1/completions",
-                              param="messages")
-        try:
-            text = tokenizer.apply_chat_template([m.as_template_message() for m in messages],
-                                                 tokenize=False, add_generation_prompt=True)
-        except TemplateError as exc:
-            raise bad_request(f"messages: the model's chat template rejected them: {exc}",
-                              param="messages") from None
-        return self._tokenize(engine, text, "messages")
+            message = str(exc)
+            leading = _leading_word(message)
+            code = "context_length_exceeded" if isinstance(exc, PromptTooLongError) else None
+            raise bad_request(message, param=leading if leading in PARAMS else param, code=code) from None
 
     # ---- model and state -----------------------------------------------------------------
-    def _ready_engine(self) -> LLMEngine:
+    def _ready_model(self) -> ModelInfo:
         if self.llm.state == "loading":
             raise ApiError(503, "the model is still loading; retry in a few seconds",
                            type="service_unavailable", code="model_loading",
                            headers={"Retry-After": str(self.limits.retry_after_s)})
-        if self.llm.state != "ready" or self.llm.engine is None:
-            detail = f": {self.llm.load_error}" if self.llm.load_error else ""
-            raise ApiError(503, f"the model is not available ({self.llm.state}{detail})",
-                           type="service_unavailable", code="model_unavailable")
-        return self.llm.engine
+        info = self.llm.model_info
+        if self.llm.state != "ready" or info is None:
+            raise self._unavailable()
+        return info
+
+    def _unavailable(self) -> ApiError:
+        detail = f": {self.llm.error}" if self.llm.error else ""
+        return ApiError(503, f"the model is not available ({self.llm.state}{detail})",
+                        type="service_unavailable", code="model_unavailable")
 
     @staticmethod
-    def _check_model(engine: LLMEngine, model: str) -> None:
-        if model != engine.model_name and model not in MODEL_ALIASES:
+    def _check_model(info: ModelInfo, model: str) -> None:
+        if model != info.name and model not in MODEL_ALIASES:
             raise ApiError(404, f"model {model!r} does not exist; this server serves "
-                                f"{engine.model_name!r} (aliases: {', '.join(MODEL_ALIASES)})",
+                                f"{info.name!r} (aliases: {', '.join(MODEL_ALIASES)})",
                            param="model", code="model_not_found")
 
 

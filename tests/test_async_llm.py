@@ -19,7 +19,7 @@ def llm(tiny_model_dir):
 
 def test_threads_and_tasks_stream_concurrently(llm):
     records = []
-    unsubscribe = llm.subscribe(lambda r: records.append(r.to_dict()))
+    unsubscribe = llm.subscribe(records.append)
     results = {}
 
     def worker(i):
@@ -63,7 +63,7 @@ def test_abort_frees_blocks_and_ends_stream(llm):
 def test_pause_step_resume(llm):
     llm.pause()
     steps = []
-    unsubscribe = llm.subscribe(lambda r: steps.append(r.step))
+    unsubscribe = llm.subscribe(lambda r: steps.append(r["step"]))
     stream = llm.add_request([9, 9, 9], SamplingParams(max_tokens=5, temperature=0, ignore_eos=True))
     time.sleep(0.3)
     assert steps == []
@@ -101,7 +101,7 @@ def test_validation_errors_raise_in_the_caller(llm):
 
 def test_a_crash_outside_the_forward_pass_fails_live_requests_and_serving_goes_on(llm, monkeypatch):
     records = []
-    unsubscribe = llm.subscribe(lambda r: records.append(r))
+    unsubscribe = llm.subscribe(records.append)
     original = llm.engine._postprocess
     calls = {"n": 0}
 
@@ -117,7 +117,7 @@ def test_a_crash_outside_the_forward_pass_fails_live_requests_and_serving_goes_o
     ok = llm.add_request([5, 6, 7], SamplingParams(max_tokens=3, ignore_eos=True)).collect()
     assert ok.finish_reason == "length"
     unsubscribe()
-    reported = {rid: state.status for r in records for rid, state in r.requests.items()}
+    reported = {rid: state["status"] for r in records for rid, state in r["requests"].items()}
     assert reported[failed.request_id] == "finished"  # the failed request's end is in a record
     assert llm.engine.block_manager.num_free == llm.config.num_kv_blocks
 

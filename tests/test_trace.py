@@ -33,8 +33,8 @@ def live_run(tiny_model_dir, tmp_path_factory):
     llm = AsyncLLM(tiny_model_dir, max_num_batched_tokens=16, num_kv_blocks=64)
     llm.wait_ready(120)
     seen: list[TraceEntry] = []
-    llm.subscribe(lambda r: seen.append(TraceEntry("record", r.to_dict())))
-    llm.subscribe_events(lambda e: seen.append(TraceEntry("event", e.to_dict())))
+    llm.subscribe(lambda r: seen.append(TraceEntry("record", r)))
+    llm.subscribe_events(lambda e: seen.append(TraceEntry("event", e)))
     paths = {"plain": root / "run.jsonl", "gzip": root / "run.jsonl.gz",
              "redacted": root / "redacted.jsonl", "own": root / "own.jsonl"}
     writers = [TraceWriter(paths["plain"], make_header(llm.engine)).attach(llm),

@@ -15,14 +15,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class BackgroundServer:
-    """``with BackgroundServer(app) as server: ... server.url``; stopped on exit."""
+    """``with BackgroundServer(app) as server: ... server.url``; stopped on exit.
+    ``options`` go to ``uvicorn.Config`` (e.g. ``proxy_headers``)."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int | None = None,
-                 start_timeout: float = 30.0):
+                 start_timeout: float = 30.0, **options):
         self.host, self.port = host, port or free_port(host)
         self.start_timeout = start_timeout
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
-                                ws_ping_interval=None, timeout_graceful_shutdown=2)
+                                ws_ping_interval=None,
+                                **{"timeout_graceful_shutdown": 2, **options})
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 

@@ -98,7 +98,7 @@ class TelemetryHub:
         self.set_status_provider(lambda: _engine_status(llm, started, pending()))
         self.set_meta_provider(lambda: _engine_meta(llm))
         unsubscribe_records = llm.subscribe(self._accept_record)
-        unsubscribe_events = llm.subscribe_events(lambda event: self.publish_event(event.to_dict()))
+        unsubscribe_events = llm.subscribe_events(self.publish_event)
 
         def detach() -> None:
             unsubscribe_records()

@@ -413,9 +413,9 @@ def _check_header(obj: dict, at: str) -> dict:
     if version < FORMAT_VERSION:
         raise TraceError(f"{at}: trace format version {version} is no longer supported "
                          f"(this Batchscope reads version {FORMAT_VERSION}); record it again")
-    if obj.get("schema_version") != schema.SCHEMA_VERSION:
+    if obj.get("schema_version") not in schema.SCHEMA_VERSIONS:
         raise TraceError(f"{at}: telemetry schema_version {obj.get('schema_version')!r} is not "
-                         f"{schema.SCHEMA_VERSION}")
+                         f"one of {schema.SCHEMA_VERSIONS}")
     missing = [k for k in ("started_at", "text", "model", "engine", "hardware") if k not in obj]
     if missing:
         raise TraceError(f"{at}: header is missing {missing}")

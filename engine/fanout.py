@@ -1,0 +1,104 @@
+"""Fanout: where the engine thread's output goes.
+
+Each request's deltas go to its ``RequestStream``; each step's record goes, as one dict built
+once and shared, to every record subscriber; arrivals and deltas go as RequestEvent dicts to
+every event subscriber; and every state change goes to the ``RequestStatusBoard``.
+Subscribers run on the engine thread and must only hand data off. The subscriber lists are
+replaced, never mutated, so the engine thread reads them without a lock.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .llm_engine import StepResult
+from .outputs import RequestDelta
+from .request import Request
+from .request_status import RequestStatusBoard
+from .request_stream import RequestStream
+from .telemetry import RequestEvent
+
+log = logging.getLogger(__name__)
+Listener = Callable[[dict], None]
+
+
+class Fanout:
+    def __init__(self, board: RequestStatusBoard):
+        self.board = board
+        self._lock = threading.Lock()
+        self._streams: dict[str, RequestStream] = {}
+        self._listeners: dict[str, list[Listener]] = {"record": [], "event": []}
+
+    # ---- streams ---------------------------------------------------------------------------
+    def open(self, request: Request) -> RequestStream:
+        """A stream for a request about to be queued; it counts as waiting from now on."""
+        stream = RequestStream(request)
+        with self._lock:
+            if request.request_id in self._streams:
+                raise ValueError(f"request_id {request.request_id!r} is already in use")
+            self._streams[request.request_id] = stream
+        self.board.update({request.request_id: "waiting"})
+        return stream
+
+    def open_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._streams)
+
+    def deliver(self, deltas: list[RequestDelta]) -> None:
+        with self._lock:
+            streams = [(self._streams.get(d.request_id), d) for d in deltas]
+            for delta in deltas:
+                if delta.finished:
+                    self._streams.pop(delta.request_id, None)
+        for stream, delta in streams:
+            if stream is not None:
+                stream.put(delta)
+        self.board.update({d.request_id: "finished" for d in deltas if d.finished})
+        if self._listeners["event"]:
+            now = time.time()
+            for d in deltas:
+                self._emit(RequestEvent("delta", d.request_id, now, token_ids=d.token_ids, text=d.text,
+                                        finished=d.finished, finish_reason=d.finish_reason, error=d.error))
+
+    def fail(self, request_ids: list[str], reason: str, message: str) -> None:
+        """End these requests' streams with ``reason`` ("error" or "abort") and ``message``."""
+        self.deliver([RequestDelta(rid, [], "", True, reason, message) for rid in request_ids])
+
+    # ---- records and events ------------------------------------------------------------------
+    def arrival(self, request: Request, prompt_text: str | None) -> None:
+        self._emit(RequestEvent("arrival", request.request_id, time.time(), prompt=prompt_text,
+                                num_prompt_tokens=request.num_prompt_tokens))
+
+    def step(self, result: StepResult) -> None:
+        record = result.record
+        self.board.update({rid: state.status for rid, state in record.requests.items()})
+        self.deliver(result.deltas)
+        self._publish("record", record)
+
+    def _emit(self, event: RequestEvent) -> None:
+        self._publish("event", event)
+
+    def _publish(self, kind: str, item) -> None:
+        """``item.to_dict()``, built once and shared, to every listener of ``kind``."""
+        listeners = self._listeners[kind]
+        if not listeners:
+            return
+        data = item.to_dict()
+        for callback in listeners:
+            try:
+                callback(data)
+            except Exception:
+                log.exception("%s subscriber failed", kind)
+
+    def subscribe(self, kind: str, callback: Listener) -> Callable[[], None]:
+        """Add a listener of ``kind`` ("record" or "event"); returns a function removing it."""
+        with self._lock:
+            self._listeners[kind] = [*self._listeners[kind], callback]
+
+        def remove() -> None:
+            with self._lock:
+                self._listeners[kind] = [c for c in self._listeners[kind] if c is not callback]
+
+        return remove
