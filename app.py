@@ -199,7 +199,8 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
-    firing = Firing(llm, hub)
+    limits = limits_from_arguments(args)
+    firing = Firing(llm, hub, max_prompt_tokens=limits.max_prompt_tokens)  # the API's limit
     detach = hub.attach(llm, pending=firing.pending)
     recorder = Recorder(llm, hub)
     if args.record:
@@ -207,7 +208,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
 
     app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, detach, llm.shutdown))
     install_transports(app, SharedChannel(hub), identity)
-    install_api(app, llm, limits_from_arguments(args))  # before Gradio takes "/" and shadows it
+    install_api(app, llm, limits)  # before Gradio takes "/" and shadows it
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
     app.state.firing, app.state.recorder = firing, recorder
     blocks = build_ui(DashboardHandlers(llm, firing, load_presets(), identity, recorder, access))

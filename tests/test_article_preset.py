@@ -30,19 +30,19 @@ def stepped(tiny_model_dir):
     hub = TelemetryHub()
     hub.attach(llm)
     records = []
-    llm.subscribe(lambda r: records.append(r.to_dict()))
+    llm.subscribe(records.append)
     firing = Firing(llm, hub)
     library = load_presets()
     llm.pause()
     planned = plan_shot(library, library.presets["article"], Knobs(3, MAX_TOKENS, 0.7, 0),
-                        llm.engine.tokenizer)
+                        llm.tokenizer)
     firing.fire(planned, owner=None)
     try:
-        for handed_before in (1, 2, 3):  # A at once, B once A decodes, C once both do
-            wait_until(lambda: firing.pending() <= len(planned) - handed_before)
-            count = len(records)
+        for still_pending in (2, 1, 0):  # A at once, B once A decodes, C once both do
+            wait_until(lambda left=still_pending: firing.pending() <= left)
+            stepped_before = len(records)
             llm.step_once()
-            wait_until(lambda: len(records) > count)
+            wait_until(lambda before=stepped_before: len(records) > before)
         llm.resume()
         wait_until(lambda: _all_finished(records, planned))
     finally:

@@ -34,7 +34,7 @@ def test_frames_carry_valid_records_of_the_fired_requests(dashboard_server):
     owner = app.state.identity.owner({COOKIE: VISITOR})
     library = load_presets()
     planned = plan_shot(library, library.presets["article"], Knobs(3, 12, 0.0, 0),
-                        llm.engine.tokenizer)
+                        llm.tokenizer)
     for item in planned:
         item.params.max_tokens = min(item.params.max_tokens, 16)
     ids = [item.request_id for item in planned]
@@ -91,7 +91,7 @@ def test_a_model_that_fails_to_load_leaves_the_page_up_and_says_so(tmp_path):
             llm.wait_ready(30)
         assert urllib.request.urlopen(server.url + "/", timeout=30).status == 200
         [snapshot] = asyncio.run(ws_messages(server.url, bool, 10))
-    assert snapshot["status"]["state"] == "failed" and "no-such-model" in snapshot["status"]["load_error"]
+    assert snapshot["status"]["state"] == "failed" and "no-such-model" in snapshot["status"]["error"]
 
 
 def test_cli_documents_every_flag_and_honours_the_environment(monkeypatch):

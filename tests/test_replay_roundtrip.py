@@ -12,7 +12,7 @@ from support.viewers import serve_hub as serve
 
 from viz.live.hub import TelemetryHub
 from viz.live.privacy import PUBLIC
-from viz.sources.replay import HubReplay
+from viz.sources.replay_channels import Playback
 from viz.traces.recording import Recorder
 from viz.traces.trace import load_trace
 
@@ -78,43 +78,44 @@ def test_replay_sends_the_frames_the_live_viewer_received(live):
     assert {e["label"] for e in live_events} == {"question 0", "question 1", "question 2"}
     trace = load_trace(path)
     assert [r["step"] for r in live_records] == [r["step"] for r in trace.records]
-    hub = TelemetryHub(public=True)
-    replay = HubReplay(trace, hub, path.name)
+    replay = Playback.of(trace, path.name)
     try:
-        replay.player.set_speed(2.0)
-        with serve(hub) as server:
-            messages = asyncio.run(watch(server, replay.player.play, finished(ids)))
+        replay.source.player.set_speed(2.0)
+        replay.source.player.seek(-1)  # from before the first iteration, as the live viewer
+        replay.hub.tick()
+        with serve(replay.hub) as server:
+            messages = asyncio.run(watch(server, replay.source.player.play, finished(ids)))
         records, events = content(messages)
         assert records == live_records
         assert events == live_events
         status = messages[-1]["status"]
         assert status["source"] == "replay" and status["replay"]["num_iterations"] == len(records)
     finally:
-        replay.close()
+        replay.source.close()
 
 
 def test_seeking_back_resyncs_viewers_with_a_snapshot(live):
     path, ids, live_messages = live
     trace = load_trace(path)
-    hub = TelemetryHub(public=True)
-    replay = HubReplay(trace, hub, path.name)
+    replay = Playback.of(trace, path.name)
+    player = replay.source.player
     try:
         last = len(trace.records) - 1
 
         def scrub():
-            replay.player.seek(last)
+            player.seek(last)
             time.sleep(0.3)
-            replay.player.seek(2)
+            player.seek(2)
 
         def resynced(messages):
             return sum(m["type"] == "snapshot" for m in messages) >= 2 and \
                 messages[-1]["status"]["replay"]["iteration"] == 2
 
-        with serve(hub) as server:
+        with serve(replay.hub) as server:
             messages = asyncio.run(watch(server, scrub, resynced, timeout=20))
         snapshot = [m for m in messages if m["type"] == "snapshot"][-1]
         assert snapshot["records"][-1]["step"] == trace.records[2]["step"]
         assert [r["step"] for r in snapshot["records"]] == [r["step"] for r in trace.records[:3]]
         assert {e["request_id"] for e in snapshot["requests"]} <= set(ids)
     finally:
-        replay.close()
+        replay.source.close()

@@ -37,10 +37,10 @@ def live_run(tiny_model_dir, tmp_path_factory):
     llm.subscribe_events(lambda e: seen.append(TraceEntry("event", e)))
     paths = {"plain": root / "run.jsonl", "gzip": root / "run.jsonl.gz",
              "redacted": root / "redacted.jsonl", "own": root / "own.jsonl"}
-    writers = [TraceWriter(paths["plain"], make_header(llm.engine)).attach(llm),
-               TraceWriter(paths["gzip"], make_header(llm.engine)).attach(llm),
-               TraceWriter(paths["redacted"], make_header(llm.engine, "redacted")).attach(llm),
-               TraceWriter(paths["own"], make_header(llm.engine, "own"),
+    writers = [TraceWriter(paths["plain"], make_header(llm.info())).attach(llm),
+               TraceWriter(paths["gzip"], make_header(llm.info())).attach(llm),
+               TraceWriter(paths["redacted"], make_header(llm.info(), "redacted")).attach(llm),
+               TraceWriter(paths["own"], make_header(llm.info(), "own"),
                            readable=lambda rid: rid == "mine").attach(llm)]
     params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
     streams = [llm.add_request("a long prompt " * 12, params),

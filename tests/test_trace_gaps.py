@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from viz.live.hub import TelemetryHub
-from viz.sources.replay import HubReplay
+from viz.sources.replay import ReplaySource
 from viz.traces.export import summarize, to_chrome_trace, to_html_report
 from viz.traces.trace import TraceWriter, load_trace
 
@@ -37,7 +36,7 @@ def test_a_failed_write_leaves_a_gap_line_and_the_trace_loads(gapped):
 def test_replay_and_exports_show_the_gap(gapped):
     shipped, trace = gapped
     lost_step = shipped.records[LOST]["step"]
-    replay = HubReplay(trace, TelemetryHub(public=True), "gapped.jsonl")
+    replay = ReplaySource(trace, "gapped.jsonl")
     try:
         assert replay.status()["replay"]["gaps"] == [lost_step]
     finally:

@@ -3,7 +3,6 @@ outboxes that drop the oldest frame, resync snapshots and per-visitor privacy.""
 import asyncio
 import json
 
-from viz.live import hub as hub_module
 from viz.live.hub import TelemetryHub
 from viz.live.privacy import HIDDEN_TOKEN, PUBLIC
 
@@ -147,13 +146,6 @@ def test_reset_clears_history_and_resyncs_every_viewer():
     assert snapshot["requests"] == [] and snapshot["records"] == []
 
 
-def test_wait_for_status_follows_records():
-    hub = TelemetryHub()
-    assert not hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
-    hub.publish_record(record(0))
-    assert hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
-
-
 def test_shared_view_marks_each_viewers_own_requests():
     hub = TelemetryHub(shared_view=True)
     alice, bob = connected(hub, "token-a"), connected(hub, "token-b")
@@ -181,15 +173,3 @@ def test_viewers_owning_no_request_share_the_anonymous_frame():
     assert all(frame is frames[0] for frame in frames)  # serialised once for all of them
     assert owner._outbox[0] is not frames[0] and "secret" in owner._outbox[0]
     assert json.loads(frames[0])["records"][0]["sampled"] == {"a1": HIDDEN_TOKEN}
-
-
-def test_finished_statuses_are_pruned_to_a_recent_few(monkeypatch):
-    monkeypatch.setattr(hub_module, "RECENT_FINISHED", 3)
-    hub = TelemetryHub()
-    for step in range(10):
-        finished = record(step, f"q{step}")
-        finished["requests"][f"q{step}"]["status"] = "finished"
-        hub.publish_record(finished)
-    hub.publish_record(record(10, "live"))
-    assert set(hub._statuses) == {"q7", "q8", "q9", "live"}
-    assert hub.wait_for_status(["q9"], {"finished"}, timeout=0.01)

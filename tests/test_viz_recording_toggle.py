@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 from support.server import BackgroundServer
+from support.viewers import dashboard
 
-import app as dashboard
 from viz.live.identity import COOKIE, new_visitor_id
 
 
@@ -21,10 +21,7 @@ def wait_until(condition, timeout: float = 30) -> bool:
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "64"])
-    app, llm, _ = dashboard.create_app(args)
-    with BackgroundServer(app) as server:
-        llm.wait_ready(120)
+    with dashboard(tiny_model_dir) as (server, app, _):
         yield server, app
 
 
@@ -73,10 +70,7 @@ def visitor(server: BackgroundServer):
 
 
 def test_stopping_the_server_deletes_the_recordings_folder(tiny_model_dir):
-    args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "64"])
-    app, llm, _ = dashboard.create_app(args)
-    with BackgroundServer(app) as server:
-        llm.wait_ready(120)
+    with dashboard(tiny_model_dir) as (server, app, _):
         client = visitor(server)
         client.predict(True, "", api_name="/record")
         folder = app.state.recorder.directory
@@ -86,11 +80,7 @@ def test_stopping_the_server_deletes_the_recordings_folder(tiny_model_dir):
 
 
 def test_with_a_presenter_key_record_needs_the_key_and_says_which_is_wrong(tiny_model_dir):
-    args = dashboard.build_parser().parse_args(
-        ["--model", tiny_model_dir, "--num-kv-blocks", "64", "--presenter-key", "s3cret"])
-    app, llm, _ = dashboard.create_app(args)
-    with BackgroundServer(app) as server:
-        llm.wait_ready(120)
+    with dashboard(tiny_model_dir, "--presenter-key", "s3cret") as (server, app, _):
         client = visitor(server)
         missing = client.predict(True, "", api_name="/record")[2]
         wrong = client.predict(True, "guess", api_name="/record")[2]

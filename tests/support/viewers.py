@@ -3,6 +3,7 @@ messages from the websocket or the SSE stream, with or without a visitor cookie.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -76,3 +77,17 @@ async def sse_messages(url: str, done: Done, timeout: float, visitor: str | None
                     await asyncio.to_thread(action)
         reader.cancel()
     return messages
+
+
+@contextlib.contextmanager
+def dashboard(model_dir: str, *flags: str):
+    """``app.py --model model_dir [flags]`` served in the background, its model loaded:
+    yields (server, app, llm)."""
+    import app as entry
+
+    args = entry.build_parser().parse_args(["--model", model_dir, "--num-kv-blocks", "64",
+                                            *flags])
+    app, llm, _ = entry.create_app(args)
+    with BackgroundServer(app) as server:
+        llm.wait_ready(120)
+        yield server, app, llm

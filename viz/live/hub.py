@@ -26,9 +26,10 @@ stream /telemetry/stream (transport.py):
   tokens start in the output), ``mine`` and ``visible``. Text of requests the viewer may not
   read is removed (privacy.py). Viewers that would get the same bytes share one serialisation,
   and each record's bulk (all but ``sampled``) is serialised once per tick for all of them.
-- ``status``: ``{"source": "live" | "replay" | ..., "state", "model", "load_seconds",
-  "load_error", "paused", "counts": {"pending", "waiting", "running"}, "engine": {"name",
-  "version"}, "shared_view", "viewers"}`` (+ ``"replay"`` in a replay); sent in a frame at
+- ``status``: ``{"source": "live" | "replay" | ..., "state", "error", "model",
+  "load_seconds", "paused", "counts": {"pending", "waiting", "running"}, "engine": {"name",
+  "version"}, "shared_view", "viewers"}`` (+ ``"replay"`` in a replay; source_view.py); a
+  ``state`` is "loading", "ready", "failed", "dead" or "stopped". Sent in a frame at
   least once a second even when nothing happens, so a silent connection is a dead one.
   ``pending``: fired from the dashboard, not yet handed to the engine; ``waiting``: in the
   engine's queue; ``running``: scheduled (prefilling or decoding).
@@ -41,46 +42,43 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import fields
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..colors import view_meta
 from . import frames
 from .book import RequestBook
 from .privacy import PUBLIC, Audience
+from .source_view import SourceView
 from .viewer import Viewer
 
-if TYPE_CHECKING:  # a replay runs without the engine (and torch)
-    from engine.telemetry import IterationRecord
+if TYPE_CHECKING:
+    from engine.record_source import RecordSource
 
 log = logging.getLogger(__name__)
 StatusProvider = Callable[[], dict]
 MetaProvider = Callable[[], dict]
 MAX_PENDING_EVENTS = 8192
-RECENT_FINISHED = 1024  # finished requests whose status ``wait_for_status`` still knows
 STATUS_INTERVAL_S = 1.0  # a frame at least this often, even with nothing new
-ENGINE_NAME, ENGINE_VERSION = "batchscope", "1"
 
 
 class TelemetryHub:
     def __init__(self, shared_view: bool = False, fps: float = 25.0, outbox_frames: int = 16,
-                 history: int = 40, max_records_per_frame: int = 16, public: bool = False):
+                 history: int = 40, max_records_per_frame: int = 16, public: bool = False,
+                 viewer_count: Callable[[], int] | None = None):
         """``public``: every request nobody claimed is readable by every viewer (a replayed
-        trace holds only the text its recorder was allowed to keep)."""
+        trace holds only the text its recorder was allowed to keep). ``viewer_count``: the
+        number of viewers the status line shows, when this hub serves only some of them."""
         self.shared_view = shared_view
         self.frame_interval = 1.0 / fps
         self.outbox_frames = outbox_frames
         self.max_records_per_frame = max_records_per_frame
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._book = RequestBook(default_owner=PUBLIC if public else None)
         # what arrived since the last tick: enough for the history, frames take the latest
         self._pending_records: deque[dict] = deque(maxlen=max(history, max_records_per_frame))
         self._records_arrived = 0
         self._pending_events: deque[dict] = deque(maxlen=MAX_PENDING_EVENTS)
         self._events_lost = False
-        self._statuses: dict[str, str] = {}  # request id -> latest status seen in a record
-        self._finished: deque[str] = deque()  # the finished ids in _statuses, oldest first
         self._history: deque[dict] = deque(maxlen=history)
         self._reset_pending = False
         self._viewers: list[Viewer] = []
@@ -89,16 +87,19 @@ class TelemetryHub:
         self._seq = 0
         self._last_status = 0.0
         self._task: asyncio.Task | None = None
+        self._viewer_count = viewer_count or (lambda: len(self._viewers))
 
     # ---- producers (any thread; never block) ---------------------------------------------
-    def attach(self, llm, pending: Callable[[], int] = lambda: 0) -> Callable[[], None]:
-        """Feed this hub from a live AsyncLLM; returns a function that detaches it.
-        ``pending()``: requests fired from the dashboard not yet handed to the engine."""
-        started = time.monotonic()
-        self.set_status_provider(lambda: _engine_status(llm, started, pending()))
-        self.set_meta_provider(lambda: _engine_meta(llm))
-        unsubscribe_records = llm.subscribe(self._accept_record)
-        unsubscribe_events = llm.subscribe_events(self.publish_event)
+    def attach(self, source: RecordSource, pending: Callable[[], int] = lambda: 0,
+               kind: str = "live") -> Callable[[], None]:
+        """Feed this hub from a record source (a live engine, a replayed trace); returns a
+        function that detaches it. ``pending()``: requests fired from the dashboard not yet
+        handed to the engine; ``kind`` names the source in the status line."""
+        view = SourceView(source, pending, kind)
+        self.set_status_provider(view.status)
+        self.set_meta_provider(view.meta)
+        unsubscribe_records = source.subscribe(self.publish_record)
+        unsubscribe_events = source.subscribe_events(self.publish_event)
 
         def detach() -> None:
             unsubscribe_records()
@@ -115,32 +116,14 @@ class TelemetryHub:
         self._meta_provider = provider
 
     def publish_record(self, record: dict) -> None:
-        """One IterationRecord dict, as from ``IterationRecord.to_dict()``."""
-        self._accept_record(record)
-
-    def _accept_record(self, record: IterationRecord | dict) -> None:
-        """A live engine hands its record object over as is (see ``_shallow``)."""
-        requests = record["requests"] if isinstance(record, dict) else record.requests
-        statuses = {rid: state["status"] if isinstance(state, dict) else state.status
-                    for rid, state in requests.items()}
-        with self._cond:
+        """One IterationRecord dict (engine/telemetry.py), shared and never changed."""
+        with self._lock:
             self._pending_records.append(record)
             self._records_arrived += 1
-            self._update_statuses(statuses)
-            self._cond.notify_all()
-
-    def _update_statuses(self, statuses: dict[str, str]) -> None:
-        """Keep every live request's status but only the ``RECENT_FINISHED`` latest finished."""
-        for rid, status in statuses.items():
-            if status == "finished" and self._statuses.get(rid) != "finished":
-                self._finished.append(rid)
-            self._statuses[rid] = status
-        while len(self._finished) > RECENT_FINISHED:
-            self._statuses.pop(self._finished.popleft(), None)
 
     def publish_event(self, event: dict) -> None:
         """One RequestEvent dict (arrival or delta), as from ``RequestEvent.to_dict()``."""
-        with self._cond:
+        with self._lock:
             if len(self._pending_events) == MAX_PENDING_EVENTS:
                 self._events_lost = True  # viewers resync from the book
             self._pending_events.append(self._book.apply(event))
@@ -148,35 +131,23 @@ class TelemetryHub:
     def claim(self, request_id: str, owner: str | None, label: str | None = None) -> None:
         """Record who fired ``request_id`` (before submitting it, so no event goes out
         unowned); ``privacy.PUBLIC`` lets every viewer read it."""
-        with self._cond:
+        with self._lock:
             self._book.claim(request_id, owner, label)
 
     def claimed(self, request_id: str) -> tuple[str | None, str | None]:
         """The (owner, label) ``claim`` gave ``request_id``; (None, None) if none (a recorder
         keeps only the text its visitor may read)."""
-        with self._cond:
+        with self._lock:
             return self._book.owner(request_id), self._book.label(request_id)
 
     def reset(self) -> None:
         """Forget all requests and history (a replay seeking backwards); viewers start over."""
-        with self._cond:
+        with self._lock:
             self._book.clear()
-            self._statuses.clear()
-            self._finished.clear()
             self._pending_records.clear()
             self._records_arrived = 0
             self._pending_events.clear()
             self._reset_pending = True
-            self._cond.notify_all()
-
-    # ---- queries for firing code ---------------------------------------------------------
-    def wait_for_status(self, request_ids: Iterable[str], statuses: set[str],
-                        timeout: float) -> bool:
-        """Block until every request's latest status is in ``statuses`` (True) or timeout."""
-        ids = list(request_ids)
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: all(self._statuses.get(rid) in statuses for rid in ids), timeout)
 
     # ---- viewers (event-loop thread) -----------------------------------------------------
     def connect(self, owner: str | None) -> Viewer:
@@ -196,7 +167,7 @@ class TelemetryHub:
 
     def snapshot(self, viewer: Viewer) -> str:
         audience = viewer.audience
-        with self._cond:
+        with self._lock:
             entries = [e.to_dict() for e in self._book.entries()]
             owner_of = self._book.owner
             history = list(self._history)
@@ -211,7 +182,7 @@ class TelemetryHub:
         }, records=records)
 
     def status(self) -> dict:
-        return {"shared_view": self.shared_view, "viewers": len(self._viewers),
+        return {"shared_view": self.shared_view, "viewers": self._viewer_count(),
                 **self._status_provider()}
 
     async def run(self) -> None:
@@ -227,7 +198,7 @@ class TelemetryHub:
 
     def _resync_all(self, forget_history: bool = False) -> None:
         if forget_history:
-            with self._cond:
+            with self._lock:
                 self._history.clear()
         for viewer in self._viewers:
             viewer.needs_snapshot = True
@@ -235,8 +206,8 @@ class TelemetryHub:
 
     def tick(self) -> None:
         """Coalesce what arrived since the last tick into one frame per audience."""
-        with self._cond:
-            records = [_shallow(r) for r in self._pending_records]
+        with self._lock:
+            records = list(self._pending_records)
             arrived, self._records_arrived = self._records_arrived, 0
             events = list(self._pending_events)
             self._pending_records.clear()
@@ -290,43 +261,8 @@ class TelemetryHub:
             self._task = None
 
 
-def _shallow(record: IterationRecord | dict) -> dict:
-    """A record as a dict whose nested parts may still be dataclasses. A live record is
-    fresh each step and never changed afterwards, so nothing is copied: ``to_dict()`` would
-    deep-copy the O(pool size) KV lists of every step on the server's event loop."""
-    if isinstance(record, dict):
-        return record
-    return {f.name: getattr(record, f.name) for f in fields(record)}
-
-
 def _records_json(bodies: list[frames.RecordBody], records: list[dict], audience: Audience,
                   owner_of: Callable[[str], str | None]) -> str:
     return frames.json_array([
         body.with_sampled(audience.sampled(record.get("sampled") or {}, owner_of))
         for body, record in zip(bodies, records, strict=True)])
-
-
-def _engine_status(llm, started: float, pending: int) -> dict:
-    engine = llm.engine
-    loading = llm.state == "loading"
-    last = llm.last_record
-    return {
-        "source": "live",
-        "state": llm.state,
-        "model": engine.model_name if engine is not None else llm.model,
-        "load_seconds": round(time.monotonic() - started, 1) if loading else None,
-        "load_error": llm.load_error,
-        "paused": llm.paused,
-        "counts": {"pending": pending, "waiting": last.num_waiting if last else 0,
-                   "running": last.num_running if last else 0},
-        "engine": {"name": ENGINE_NAME, "version": ENGINE_VERSION},
-    }
-
-
-def _engine_meta(llm) -> dict:
-    from engine.telemetry import PHASES
-
-    engine = llm.engine
-    model = engine.model_name if engine is not None else llm.model
-    return view_meta(PHASES, {"engine": ENGINE_NAME, "engine_version": ENGINE_VERSION,
-                              "model": model}, llm.config.max_num_batched_tokens)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 from fastapi import FastAPI, HTTPException, Request
 
@@ -21,71 +22,84 @@ from ..live.identity import VisitorIdentity
 from ..live.viewer import Viewer
 from ..traces.player import ReplayPlayer
 from ..traces.trace import Trace
-from .replay import HubReplay
+from .replay import ReplaySource
 
 REPLAY_ACTIONS = ("play", "pause", "step", "seek", "speed")
+
+
+@dataclass(frozen=True, eq=False)
+class Playback:
+    """One playback of the trace and the hub that fans it out."""
+
+    source: ReplaySource
+    hub: TelemetryHub
+
+    @classmethod
+    def of(cls, trace: Trace, name: str,
+           viewer_count: Callable[[], int] | None = None) -> Playback:
+        """A playback paused on the first iteration, which its hub already holds."""
+        source = ReplaySource(trace, name)
+        hub = TelemetryHub(public=True, viewer_count=viewer_count)
+        hub.attach(source, kind="replay")
+        source.subscribe_restarts(hub.reset)
+        source.player.seek(0)
+        hub.tick()  # the first iteration is in the history of the first snapshot
+        return cls(source, hub)
+
+    async def retire(self) -> None:
+        await self.hub.stop()
+        await asyncio.to_thread(self.source.close)
 
 
 class ReplayChannels:
     def __init__(self, trace: Trace, name: str, shared: bool = False):
         self.trace = trace
         self.name = name
-        self._shared = self._new_replay() if shared else None
-        self._replays: dict[str, HubReplay] = {}  # viewer id -> its playback
+        self._playbacks: dict[str, Playback] = {}  # viewer id -> its playback
         self._latest: dict[str | None, str] = {}  # owner -> its latest viewer id
+        self._shared = self._new_playback() if shared else None
         self._retiring: set[asyncio.Task] = set()
 
     @property
     def num_iterations(self) -> int:
         return len(self.trace.records)
 
-    def _new_replay(self) -> HubReplay:
-        hub = TelemetryHub(public=True)
-        replay = HubReplay(self.trace, hub, self.name)
-        replay.player.seek(0)  # the first iteration is on screen, paused,
-        hub.tick()  # and in the history of the first snapshot
-        base = replay.status
-        hub.set_status_provider(lambda: {**base(), "viewers": len(self._replays)})
-        return replay
+    def _new_playback(self) -> Playback:
+        return Playback.of(self.trace, self.name, lambda: len(self._playbacks))
 
     def open(self, owner: str | None) -> tuple[TelemetryHub, Viewer]:
-        replay = self._shared or self._new_replay()
-        viewer = replay.hub.connect(owner)
-        self._replays[viewer.id] = replay
+        playback = self._shared or self._new_playback()
+        viewer = playback.hub.connect(owner)
+        self._playbacks[viewer.id] = playback
         self._latest[owner] = viewer.id
-        return replay.hub, viewer
+        return playback.hub, viewer
 
     def close(self, hub: TelemetryHub, viewer: Viewer) -> None:
         hub.disconnect(viewer)
-        replay = self._replays.pop(viewer.id, None)
-        if replay is not None and replay is not self._shared:
-            task = asyncio.get_running_loop().create_task(_retire(replay))
+        playback = self._playbacks.pop(viewer.id, None)
+        if playback is not None and playback is not self._shared:
+            task = asyncio.get_running_loop().create_task(playback.retire())
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
 
     def player(self, viewer_id: str | None, owner: str | None) -> ReplayPlayer | None:
-        """The playback ``viewer_id`` watches (or the owner's latest viewer's)."""
+        """The player ``viewer_id`` watches (or the owner's latest viewer's)."""
         if self._shared is not None:
-            return self._shared.player
-        replay = self._replays.get(viewer_id or self._latest.get(owner, ""))
-        return replay.player if replay is not None else None
+            return self._shared.source.player
+        playback = self._playbacks.get(viewer_id or self._latest.get(owner, ""))
+        return playback.source.player if playback is not None else None
 
     async def aclose(self) -> None:
         """Stop every playback (server shutdown)."""
-        replays = {id(r): r for r in self._replays.values()}
+        playbacks = {id(p): p for p in self._playbacks.values()}
         if self._shared is not None:
-            replays[id(self._shared)] = self._shared
-        self._replays.clear()
-        for replay in replays.values():
-            await _retire(replay)
+            playbacks[id(self._shared)] = self._shared
+        self._playbacks.clear()
+        for playback in playbacks.values():
+            await playback.retire()
         for task in list(self._retiring):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def _retire(replay: HubReplay) -> None:
-    await replay.hub.stop()
-    await asyncio.to_thread(replay.close)
 
 
 def install_replay_routes(app: FastAPI, channels: ReplayChannels,

@@ -53,8 +53,8 @@ class Recorder:
 
     def start(self, tab: object, owner: str | None) -> Path:
         """Start (or restart) a tab's recording; raises RuntimeError while loading."""
-        if self.llm.engine is None:
-            raise RuntimeError("the model is not loaded yet")
+        if self.llm.state != "ready":
+            raise RuntimeError(f"the model is not loaded: the engine is {self.llm.state}")
         audience = Audience(owner, self.hub.shared_view)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = self.directory / f"batchscope-{stamp}-{secrets.token_hex(3)}.jsonl.gz"
@@ -99,7 +99,7 @@ class Recorder:
 
     def _begin(self, key: object, path: Path, text: str, readable,
                limits: TraceLimits) -> Path:
-        writer = TraceWriter(path, make_header(self.llm.engine, text), readable,
+        writer = TraceWriter(path, make_header(self.llm.info(), text), readable,
                              label_of=lambda rid: self.hub.claimed(rid)[1], limits=limits)
         writer.attach(self.llm)
         with self._lock:

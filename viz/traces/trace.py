@@ -34,9 +34,7 @@ import gzip
 import json
 import logging
 import os
-import platform
 import queue
-import sys
 import threading
 import time
 import zlib
@@ -46,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine import telemetry as schema  # plain data: no torch (engine/__init__ is lazy)
+from engine.record_source import SourceInfo
 
 from ..live.privacy import HIDDEN_TOKEN
 
@@ -111,38 +110,14 @@ def trace_phases(trace: Trace) -> list[str]:
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def make_header(engine, text: str = "full") -> dict:
-    """The header line for a run of ``engine`` (an LLMEngine: ``LLM.engine``, ``AsyncLLM.engine``)."""
+def make_header(info: SourceInfo, text: str = "full") -> dict:
+    """The header line for a run of a record source (``info().trace_header``: model config,
+    engine config and hardware)."""
     if text not in TEXT_MODES:
         raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
-    hf_config = engine.loaded.config
-    return {
-        "type": "header",
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "schema_version": schema.SCHEMA_VERSION,
-        "started_at": time.time(),
-        "text": text,
-        "model": {"name": engine.model_name,
-                  "config": hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}},
-        "engine": dataclasses.asdict(engine.config),
-        "hardware": _hardware(engine.config.device),
-    }
-
-
-def _hardware(device: str) -> dict:
-    torch = sys.modules.get("torch")  # already imported by the engine being recorded
-    gpu = None
-    if torch is not None and device == "cuda":
-        gpu = torch.cuda.get_device_name()
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "device": device,
-        "torch": getattr(torch, "__version__", None),
-        "gpu": gpu,
-    }
+    return {"type": "header", "format": FORMAT, "version": FORMAT_VERSION,
+            "schema_version": schema.SCHEMA_VERSION, "started_at": time.time(), "text": text,
+            **info.trace_header}
 
 
 def redact_record(data: dict, readable: Callable[[str], bool]) -> dict:

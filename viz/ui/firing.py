@@ -1,9 +1,12 @@
 """Firing: turn a preset (or a typed prompt) into timed requests and submit them.
 
-``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` tokenizes and
-validates them all at once (so a bad prompt fails the click, not a background thread), and
-submits their token ids from a background thread that keeps the arrival pattern (spacing, or
-"after the earlier ones are decoding"), claiming each id for the visitor in the hub first.
+``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` prepares
+them all at once through the engine's facade (validated and tokenized, under the same prompt
+limit as the API, so a bad prompt fails the click, not a background thread), and hands them
+over from a background thread that keeps the arrival pattern (spacing, or "after the earlier
+ones are decoding", asked of the engine with ``wait_for``), claiming each id for the visitor
+in the hub first. Chat prompts go through ``prepare_chat``: text a visitor types can never
+become the template's special tokens.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import time
 from dataclasses import dataclass, replace
 
 from engine import AsyncLLM, SamplingParams
+from engine.prompts import Prepared
 from engine.telemetry import RequestEvent
 
 from ..live.hub import TelemetryHub
@@ -37,11 +41,16 @@ class Knobs:
 @dataclass(slots=True)
 class PlannedRequest:
     request_id: str
-    prompt: str | list[int]
+    prompt: str | list[int] | list[dict]  # text or token ids, or chat messages
     label: str  # what the visitor's own text panel shows as the prompt
     params: SamplingParams
     delay_s: float  # after the shot starts (ignored when after_decoding)
     after_decoding: bool = False
+    prepared: Prepared | None = None  # set by ``Firing.fire``
+
+    @property
+    def chat(self) -> bool:
+        return bool(self.prompt) and isinstance(self.prompt[0], dict)
 
 
 def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
@@ -73,9 +82,12 @@ class Firing:
     from the dashboard but not yet handed to the engine (a staggered arrival, "after the
     earlier ones are decoding")."""
 
-    def __init__(self, llm: AsyncLLM, hub: TelemetryHub):
+    def __init__(self, llm: AsyncLLM, hub: TelemetryHub, max_prompt_tokens: int | None = None):
+        """``max_prompt_tokens``: the API's limit (``--api-max-prompt-tokens``), so that both
+        paths refuse the same prompts with the same message."""
         self.llm = llm
         self.hub = hub
+        self.max_prompt_tokens = max_prompt_tokens
         self._pending = 0
         self._lock = threading.Lock()
 
@@ -87,22 +99,21 @@ class Firing:
         llm = self.llm
         if llm.state != "ready":
             raise PageError("model_loading") if llm.state == "loading" else \
-                PageError("engine_state", state=llm.state, error=llm.load_error)
-        tokenized = [_tokenized(llm.engine, item) for item in planned]
-        self._count(len(tokenized))
-        thread = threading.Thread(target=self.submit, args=(tokenized, owner),
+                PageError("engine_state", state=llm.state, error=llm.error)
+        prepared = [replace(item, prepared=self._prepare(item)) for item in planned]
+        self._count(len(prepared))
+        thread = threading.Thread(target=self.submit, args=(prepared, owner),
                                   name="batchscope-fire", daemon=True)
         thread.start()
         return [item.request_id for item in planned]
 
     def submit(self, planned: list[PlannedRequest], owner: str | None) -> None:
-        """Hand each request to the engine at its time (runs on the shot's thread)."""
+        """Hand each prepared request to the engine at its time (on the shot's thread)."""
         started = time.monotonic()
         submitted: list[str] = []
         for item in planned:
             if item.after_decoding:
-                self.hub.wait_for_status(submitted, {"decoding", "finished"},
-                                         AFTER_DECODING_TIMEOUT_S)
+                self.llm.wait_for(submitted, {"decoding", "finished"}, AFTER_DECODING_TIMEOUT_S)
             elif (wait := started + item.delay_s - time.monotonic()) > 0:
                 time.sleep(wait)
             if self._hand_over(item, owner):
@@ -111,7 +122,7 @@ class Firing:
     def _hand_over(self, item: PlannedRequest, owner: str | None) -> bool:
         self.hub.claim(item.request_id, owner, item.label)
         try:
-            self.llm.add_request(item.prompt, item.params, item.request_id)
+            self.llm.add_request(item.prepared, request_id=item.request_id)
         except Exception as exc:  # e.g. the engine stopped: finish the claimed entry
             log.exception("could not submit %s", item.request_id)
             self.hub.publish_event(RequestEvent(
@@ -122,21 +133,20 @@ class Firing:
             self._count(-1)
         return True
 
+    def _prepare(self, item: PlannedRequest) -> Prepared:
+        """Validated and tokenized as the API would (ValueError, with the API's message)."""
+        prepare = self.llm.prepare_chat if item.chat else self.llm.prepare
+        return prepare(item.prompt, item.params, max_prompt_tokens=self.max_prompt_tokens)
+
     def _count(self, change: int) -> None:
         with self._lock:
             self._pending += change
 
 
-def _tokenized(engine, item: PlannedRequest) -> PlannedRequest:
-    """``item`` with its prompt as token ids, checked as the engine will check it (ValueError)."""
-    item.params.validate()
-    token_ids = engine.tokenize(item.prompt)
-    engine.check_fits(len(token_ids), item.params)
-    return replace(item, prompt=token_ids)
 
 
 def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer,
-            nonce: str) -> tuple[str | list[int], str]:
+            nonce: str) -> tuple[str | list[int] | list[dict], str]:
     if spec.tokens is not None:
         return _exact_tokens(library.texts[spec.text], spec.tokens, tokenizer, nonce), (
             f"{spec.tokens}-token prompt")
@@ -144,8 +154,7 @@ def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer
         return spec.prompt, spec.prompt
     messages = [{"role": "system", "content": preset.system}] if preset.system else []
     messages.append({"role": "user", "content": spec.prompt})
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text, spec.prompt
+    return messages, spec.prompt
 
 
 def _exact_tokens(text: str, num_tokens: int, tokenizer, nonce: str) -> list[int]:

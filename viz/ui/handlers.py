@@ -44,10 +44,9 @@ class DashboardHandlers:
     def fire(self, preset_id: str, text: str, count: float, max_tokens: float,
              temperature: float, spacing_ms: float, request: gr.Request) -> str:
         knobs = Knobs(int(count), int(max_tokens), float(temperature), float(spacing_ms))
-        tokenizer = self.llm.engine.tokenizer if self.llm.engine else None
         try:
             planned = plan_shot(self.library, self.library.presets[preset_id], knobs,
-                                tokenizer, text or "")
+                                self.llm.tokenizer, text or "")
             ids = self.firing.fire(planned, self.owner(request))
         except (ValueError, RuntimeError, PageError) as exc:
             gr.Warning(self.strings.both("not_fired", reason=exc))
@@ -147,9 +146,9 @@ def about(preset) -> str:
 def effective_budget(llm: AsyncLLM, budget: int, chunked: bool) -> int:
     """The budget the engine will run with: without chunked prefill it raises it so a whole
     prompt fits one step (the engine's own rule, applied to a copy of its config)."""
-    if llm.engine is None:  # max_model_len is known once the model is loaded
+    if llm.model_info is None:  # max_model_len is known once the model is loaded
         return budget
-    config = replace(llm.engine.config, max_num_batched_tokens=budget,
-                     enable_chunked_prefill=chunked)
+    config = replace(llm.config, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
+                     max_model_len=llm.model_info.max_model_len)
     config.ensure_whole_prompts_fit()
     return config.max_num_batched_tokens
