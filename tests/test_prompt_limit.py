@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import httpx
-
 from support.viewers import dashboard
+
 from viz.live.identity import COOKIE, new_visitor_id
 
 LIMIT = 64
