@@ -180,7 +180,8 @@ def test_write_trace_round_trips(live_run, tmp_path):
 
 
 def test_trace_modules_do_not_import_torch():
-    code = ("import sys, viz.traces.trace, viz.traces.player, viz.traces.export; "
+    code = ("import sys, viz.traces.trace, viz.traces.player, viz.traces.export, "
+            "viz.sources.replay_channels, viz.live.transport; "
             "print(sorted(m for m in ('torch', 'transformers', 'engine.llm_engine') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout

@@ -108,7 +108,7 @@ class TelemetryHub:
         return detach
 
     def set_status_provider(self, provider: StatusProvider) -> None:
-        """What the status line shows (a replay sets its own: source, position, speed)."""
+        """What the status line shows (``attach`` sets it from the source)."""
         self._status_provider = provider
 
     def set_meta_provider(self, provider: MetaProvider) -> None:
