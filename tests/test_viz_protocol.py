@@ -125,3 +125,15 @@ def test_owners_are_derived_under_the_server_secret():
     assert VisitorIdentity(b"one").owner({COOKIE: ALICE}) != \
         VisitorIdentity(b"two").owner({COOKIE: ALICE})
     assert ALICE not in VisitorIdentity(b"one").owner({COOKIE: ALICE})
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_viewer_that_leaves_is_unregistered(hub, transport):
+    import time
+
+    with serve_hub(hub) as server:
+        asyncio.run(TRANSPORTS[transport](server.url, count(1), 15, ALICE))
+        deadline = time.monotonic() + 10
+        while hub.viewers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.viewers == []
