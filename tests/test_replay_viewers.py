@@ -108,3 +108,15 @@ def test_the_strings_table_is_served(path):
         table = httpx.get(server.url + path).json()
     assert set(table) == {"page", "views"}
     assert all(set(v) == {"en", "zh"} for v in table["page"].values())
+
+
+def test_the_replay_app_is_built_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, app; app.create_replay_app(app.build_replay_parser().parse_args("
+            f"['--replay', {str(TRACE)!r}])); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=TRACE.parents[2], check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -38,7 +38,7 @@ class DashboardHandlers:
     # ---- firing ----------------------------------------------------------------------------
     def preset(self, preset_id: str) -> tuple:
         chosen = self.library.presets[preset_id]
-        return (about(chosen), chosen.count, chosen.max_tokens, chosen.temperature,
+        return (chosen.description, chosen.count, chosen.max_tokens, chosen.temperature,
                 chosen.spacing_ms)
 
     def fire(self, preset_id: str, text: str, count: float, max_tokens: float,
@@ -137,10 +137,6 @@ class DashboardHandlers:
         message = self.strings.both(KEY_MESSAGES.get(verdict, "key_needed"))
         gr.Warning(message)
         return message
-
-
-def about(preset) -> str:
-    return f"{preset.about}\n\n{preset.about_zh}"
 
 
 def effective_budget(llm: AsyncLLM, budget: int, chunked: bool) -> int:

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from ..sources.replay_channels import ReplayChannels
 from ..traces.player import SPEEDS
 from .captions import VIEWS
-from .handlers import DashboardHandlers, about
 from .strings import PAGE
+
+if TYPE_CHECKING:  # the handlers import the engine; a replay's page runs without it
+    from .handlers import DashboardHandlers
 
 FIRE_CONCURRENCY = 16  # several visitors may fire at once
 CACHE_CLEANUP = (3600, 3600)  # Gradio deletes its copies of downloads older than an hour
@@ -89,7 +92,7 @@ def _firing_controls(library) -> FiringControls:
     preset = library.default
     return FiringControls(
         preset=gr.Dropdown(library.choices(), value=preset.id, label=PAGE.both("workload")),
-        about=gr.Markdown(about(preset), elem_id="bs-about"),
+        about=gr.Markdown(preset.description, elem_id="bs-about"),
         prompt=gr.Textbox(label=PAGE.both("own_prompt"), lines=2, max_lines=6,
                           placeholder=PAGE.both("own_prompt_placeholder"), elem_id="bs-prompt"),
         count=gr.Slider(1, 16, value=preset.count, step=1, label=PAGE.both("requests")),

@@ -44,6 +44,11 @@ class Preset:
     fixed: bool = False  # the request list is the workload: count and spacing do not apply
     ignore_eos: bool = False  # every request generates exactly its max tokens
 
+    @property
+    def description(self) -> str:
+        """What the page shows about the preset, in both languages (Markdown)."""
+        return f"{self.about}\n\n{self.about_zh}"
+
 
 @dataclass(frozen=True, slots=True)
 class PresetLibrary:
