@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
-import websockets
 from support.server import BackgroundServer
 from support.viewers import serve_hub as serve
+from support.viewers import ws_messages
 
 from viz.live.hub import TelemetryHub
 from viz.live.privacy import PUBLIC
@@ -17,20 +16,10 @@ from viz.traces.recording import Recorder
 from viz.traces.trace import load_trace
 
 
-async def watch(server: BackgroundServer, action, done, timeout: float = 60) -> list[dict]:
-    """Connect a viewer, run ``action`` in a thread, collect messages until ``done``."""
-    messages = []
-    url = server.url.replace("http://", "ws://") + "/ws/telemetry"
-    async with websockets.connect(url, max_size=None) as ws:
-        messages.append(json.loads(await ws.recv()))  # the snapshot: connected
-        await asyncio.to_thread(action)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not done(messages):
-            try:
-                messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
-            except TimeoutError:
-                pass
-    return messages
+def watch(server: BackgroundServer, action, done, timeout: float = 60) -> list[dict]:
+    """Connect a viewer, run ``action`` in a thread once it is connected, collect messages
+    until ``done``."""
+    return asyncio.run(ws_messages(server.url, done, timeout, action=action))
 
 
 def content(messages: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -65,7 +54,7 @@ def live(tiny_model_dir, tmp_path_factory):
             llm.add_request(f"question {i}: " + "tell me more " * (4 * i), params, request_id=rid)
 
     with serve(hub) as server:
-        messages = asyncio.run(watch(server, fire, finished(ids)))
+        messages = watch(server, fire, finished(ids))
     recorder.stop("tab")
     llm.shutdown()
     return path, ids, messages
@@ -84,7 +73,7 @@ def test_replay_sends_the_frames_the_live_viewer_received(live):
         replay.source.player.seek(-1)  # from before the first iteration, as the live viewer
         replay.hub.tick()
         with serve(replay.hub) as server:
-            messages = asyncio.run(watch(server, replay.source.player.play, finished(ids)))
+            messages = watch(server, replay.source.player.play, finished(ids))
         records, events = content(messages)
         assert records == live_records
         assert events == live_events
@@ -112,7 +101,7 @@ def test_seeking_back_resyncs_viewers_with_a_snapshot(live):
                 messages[-1]["status"]["replay"]["iteration"] == 2
 
         with serve(replay.hub) as server:
-            messages = asyncio.run(watch(server, scrub, resynced, timeout=20))
+            messages = watch(server, scrub, resynced, timeout=20)
         snapshot = [m for m in messages if m["type"] == "snapshot"][-1]
         assert snapshot["records"][-1]["step"] == trace.records[2]["step"]
         assert [r["step"] for r in snapshot["records"]] == [r["step"] for r in trace.records[:3]]
