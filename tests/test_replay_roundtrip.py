@@ -84,7 +84,7 @@ def test_replay_sends_the_frames_the_live_viewer_received(live):
 
 
 def test_seeking_back_resyncs_viewers_with_a_snapshot(live):
-    path, ids, live_messages = live
+    path, ids, _ = live
     trace = load_trace(path)
     replay = Playback.of(trace, path.name)
     player = replay.source.player
