@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from engine import telemetry as schema  # plain data: no torch (engine/__init__ is lazy)
 from engine.record_source import SourceInfo
@@ -207,7 +207,7 @@ class TraceWriter:
         self._queue.put(None)
         self._thread.join()
 
-    def __enter__(self) -> TraceWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -295,8 +295,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
             gzipped = probe.read(2) == GZIP_MAGIC
     except OSError as exc:
         raise TraceError(f"{where}: cannot open trace file ({exc.strerror})") from None
-    stream = gzip.open(path, "rt", encoding="utf-8") if gzipped else path.open(encoding="utf-8")
-    with stream:
+    opener = gzip.open if gzipped else open
+    with opener(path, "rt", encoding="utf-8") as stream:
         reader = _TraceReader(where)
         for lineno, line in _numbered_lines(stream, where):
             reader.read(_parse_line(line, f"{where}: line {lineno}"), lineno)
