@@ -3,8 +3,9 @@
     python app.py [--model default] [--host H] [--port P] [--record TRACE] [engine flags...]
     python app.py --replay TRACE [--host H] [--port P]
 
-A FastAPI app serves the telemetry websocket (/ws/telemetry), plotly.js from the installed
-plotly package and the dashboard client; the Gradio UI is mounted at "/"; the engine loads
+A FastAPI app serves the telemetry stream (websocket /ws/telemetry, SSE /telemetry/stream),
+plotly.js from the installed plotly package and the dashboard client; the Gradio UI is
+mounted at "/"; every page visitor gets a ``bs_visitor`` cookie (viz/live/identity.py); the engine loads
 and runs on a background thread (the page shows the loading progress meanwhile). A replay
 plays a recorded trace into the same page instead: it imports neither the engine nor torch,
 so the engine and the API are imported only where the live mode needs them.
@@ -27,21 +28,37 @@ import uvicorn
 from fastapi import FastAPI
 
 from serve.proxies import add_proxy_argument, uvicorn_proxy_options
-from viz.hub import TelemetryHub
-from viz.presenter import PresenterAccess
-from viz.presets import load_presets
-from viz.privacy import new_secret
-from viz.recording import Recorder
-from viz.replay import HubReplay
-from viz.trace import TraceError, load_trace
-from viz.ui import build_replay_ui, build_ui
-from viz.web import HEAD, REPLAY_HEAD, install_replay_routes, install_routes
+from viz.live.hub import TelemetryHub
+from viz.live.identity import VisitorCookies, VisitorIdentity
+from viz.live.privacy import new_secret
+from viz.live.transport import SharedChannel, install_transports
+from viz.sources.replay_channels import ReplayChannels, install_replay_routes
+from viz.traces.recording import Recorder
+from viz.traces.trace import TraceError, load_trace
+from viz.ui.page import build_replay_ui, build_ui
+from viz.ui.presenter import PresenterAccess
+from viz.ui.presets import load_presets
+from viz.ui.static import HEAD, REPLAY_HEAD, install_page_routes
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
 
 log = logging.getLogger("batchscope")
+# Open event streams (the telemetry SSE, Gradio's heartbeat) never end by themselves: at
+# shutdown, wait this long for them, then close them.
+GRACEFUL_SHUTDOWN_S = 3
 DESCRIPTION = "Batchscope: a live dashboard of an LLM engine's continuous batching."
+
+
+class DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` only where the help does not already speak of its default and
+    there is a value to show (a flag that is off, or left to the engine, shows none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def common_arguments() -> argparse.ArgumentParser:
@@ -61,9 +78,14 @@ def common_arguments() -> argparse.ArgumentParser:
 
 
 def build_replay_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(description=DESCRIPTION + " Replay mode.",
-                                   parents=[common_arguments()],
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=DESCRIPTION + " Replay mode.",
+                                     parents=[common_arguments()],
+                                     formatter_class=DefaultsOnce)
+    parser.add_argument("--shared-view", action="store_true",
+                        help="one playback for every viewer, driven by anyone's controls (a "
+                             "workshop following the presenter); by default each viewer plays, "
+                             "pauses and scrubs on their own")
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         description=DESCRIPTION, parents=[common_arguments()],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     parser.add_argument("--model", default="default",
                         help="'default' (SmolLM2-135M-Instruct), a Hugging Face model directory "
@@ -84,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show every visitor the text of all requests (workshops); by "
                              "default a visitor sees only the text of their own requests")
     parser.add_argument("--presenter-key", metavar="KEY",
-                        help="presenter controls (pause, slow motion, policy, budget: they act "
+                        help="presenter controls (pause, slow motion, policy, budget, Record: they act "
                              "on everyone) work only for visitors who enter KEY; without it "
                              "they are open, or hidden on a Hugging Face Space")
     engine = parser.add_argument_group("engine")
@@ -116,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default="auto", help="auto: flash-attn on CUDA when installed")
     engine.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                         help="replay decode-only steps from CUDA graphs (default: on with CUDA)")
-    engine.add_argument("--seed", type=int, default=0)
+    engine.add_argument("--seed", type=int, default=0, help="seed of the engine's sampling")
     add_limit_arguments(parser)
     return parser
 
@@ -148,40 +170,64 @@ def hub_lifespan(hub: TelemetryHub, *closers: Callable[[], None]):
     return lifespan
 
 
+def replay_lifespan(channels: ReplayChannels):
+    """A FastAPI lifespan that stops every viewer's playback at shutdown."""
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        try:
+            yield
+        finally:
+            await channels.aclose()
+
+    return lifespan
+
+
+def web_app(title: str, lifespan) -> tuple[FastAPI, VisitorIdentity]:
+    """The FastAPI app with the page's files and visitor cookies (both modes)."""
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.add_middleware(VisitorCookies)
+    install_page_routes(app)
+    app.state.identity = VisitorIdentity(new_secret())
+    return app, app.state.identity
+
+
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
     from serve.limits import limits_from_arguments
     from serve.openai_api import install_api
+    from viz.ui.firing import Firing
+    from viz.ui.handlers import DashboardHandlers
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
-    hub.attach(llm)
+    limits = limits_from_arguments(args)
+    firing = Firing(llm, hub, max_prompt_tokens=limits.max_prompt_tokens)  # the API's limit
+    detach = hub.attach(llm, pending=firing.pending)
     recorder = Recorder(llm, hub)
     if args.record:
         recorder.record_run(args.record)
 
-    app = FastAPI(title="Batchscope", lifespan=hub_lifespan(hub, recorder.close, llm.shutdown))
-    install_routes(app, hub)
-    install_api(app, llm, limits_from_arguments(args))  # before Gradio takes "/" and shadows it
+    app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, detach, llm.shutdown))
+    install_transports(app, SharedChannel(hub), identity)
+    install_api(app, llm, limits)  # before Gradio takes "/" and shadows it
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
-    blocks = build_ui(llm, hub, load_presets(), new_secret(), recorder, access)
+    app.state.firing, app.state.recorder = firing, recorder
+    blocks = build_ui(DashboardHandlers(llm, firing, load_presets(), identity, recorder, access))
     gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
                         footer_links=[])
     return app, llm, hub
 
 
-def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, HubReplay, TelemetryHub]:
+def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, ReplayChannels]:
     """The same dashboard fed by a trace; raises TraceError for a file it cannot replay."""
     trace = load_trace(args.replay)
-    hub = TelemetryHub()
-    replay = HubReplay(trace, hub, Path(args.replay).name)
-    replay.player.seek(0)  # the first iteration is on screen, paused, when the page opens
-    app = FastAPI(title="Batchscope replay", lifespan=hub_lifespan(hub, replay.close))
-    install_routes(app, hub)
-    install_replay_routes(app, replay.player)
-    gr.mount_gradio_app(app, build_replay_ui(replay), path="/", head=REPLAY_HEAD,
+    channels = ReplayChannels(trace, Path(args.replay).name, shared=args.shared_view)
+    app, identity = web_app("Batchscope replay", replay_lifespan(channels))
+    install_transports(app, channels, identity)
+    install_replay_routes(app, channels, identity)
+    gr.mount_gradio_app(app, build_replay_ui(channels), path="/", head=REPLAY_HEAD,
                         theme=gr.themes.Base(), footer_links=[])
-    return app, replay, hub
+    return app, channels
 
 
 def ensure_default_model_package(model: str) -> None:
@@ -203,10 +249,10 @@ def main(argv: list[str] | None = None) -> None:
         parser = build_replay_parser()
         args = parser.parse_args(argv)
         try:
-            app, replay, _ = create_replay_app(args)
+            app, channels = create_replay_app(args)
         except TraceError as exc:
             parser.exit(2, f"error: cannot replay: {exc}\n")
-        what = f"replay of {args.replay} ({replay.player.state.num_iterations} iterations)"
+        what = f"replay of {args.replay} ({channels.num_iterations} iterations)"
     else:
         args = build_parser().parse_args(argv)
         ensure_default_model_package(args.model)
@@ -217,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                 **uvicorn_proxy_options(args.forwarded_allow_ips))
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from engine import AsyncLLM, SamplingParams
-from viz.trace import TraceWriter, load_trace, make_header
+from viz.traces.trace import TraceWriter, load_trace, make_header
 
 ENGINE_CONFIG = dict(max_num_batched_tokens=64, num_kv_blocks=48, block_size=16, seed=0)
 SYSTEM_PROMPT = (
@@ -52,7 +52,7 @@ def first_token(stream) -> None:
 
 
 def run_workloads(llm: AsyncLLM) -> None:
-    tok = llm.engine.tokenizer
+    tok = llm.tokenizer
     # 1. chunked prefill next to running decodes
     short = [llm.add_request(chat(tok, q), params(48, i)) for i, q in enumerate(
         ["What is a KV cache?", "Why batch requests on a GPU?"])]
@@ -85,10 +85,11 @@ def main() -> None:
     args = parser.parse_args()
     llm = AsyncLLM(args.model, **ENGINE_CONFIG)
     llm.wait_ready(600)
-    engine = llm.engine  # make_header still takes the engine
-    out = args.out or f"assets/traces/{engine.model_name.lower()}-{engine.config.device}.jsonl.gz"
+    header = make_header(llm.info(), args.text)
+    device = header["hardware"]["device"]
+    out = args.out or f"assets/traces/{llm.model_info.name.lower()}-{device}.jsonl.gz"
     started = time.perf_counter()
-    with TraceWriter(out, make_header(engine, args.text)).attach(llm):
+    with TraceWriter(out, header).attach(llm):
         run_workloads(llm)
     llm.shutdown()
     trace = load_trace(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import app as dashboard
-from viz.captions import VIEWS
+from viz.ui.captions import VIEWS
 
 from support.server import BackgroundServer
 

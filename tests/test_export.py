@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from viz.export import plotly_js, request_timelines, summarize, to_chrome_trace, to_html_report
-from viz.trace import Trace, load_trace
+from viz.traces.export import (
+    plotly_js,
+    request_timelines,
+    summarize,
+    to_chrome_trace,
+    to_html_report,
+)
+from viz.traces.trace import Trace, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
@@ -74,7 +80,7 @@ def _assert_tracks_do_not_overlap(events: list[dict]) -> None:
 
 def test_cli_writes_both_exports_and_rejects_broken_files(tmp_path):
     chrome, report = tmp_path / "run.json", tmp_path / "run.html"
-    cli = [sys.executable, "-m", "viz.export"]
+    cli = [sys.executable, "-m", "viz.traces.export"]
     done = subprocess.run([*cli, str(SHIPPED[0]), "--chrome", str(chrome), "--html", str(report)],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from viz.replay import MAX_GAP_S, ReplayPlayer
-from viz.trace import Trace, TraceEntry, load_trace
+from viz.traces.player import MAX_GAP_S, ReplayPlayer
+from viz.traces.trace import Trace, TraceEntry, load_trace
 
 SHIPPED = sorted((Path(__file__).resolve().parent.parent / "assets" / "traces").glob("*.jsonl*"))
 

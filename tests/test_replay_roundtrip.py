@@ -2,43 +2,25 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
-import websockets
-from fastapi import FastAPI
 
-from viz.hub import TelemetryHub
-from viz.privacy import PUBLIC
-from viz.recording import Recorder
-from viz.replay import HubReplay
-from viz.trace import load_trace
-from viz.web import install_routes
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import PUBLIC
+from viz.sources.replay_channels import Playback
+from viz.traces.recording import Recorder
+from viz.traces.trace import load_trace
 
 from support.server import BackgroundServer
+from support.viewers import serve_hub as serve
+from support.viewers import ws_messages
 
 
-def serve(hub: TelemetryHub) -> BackgroundServer:
-    app = FastAPI()
-    install_routes(app, hub)
-    return BackgroundServer(app)
-
-
-async def watch(server: BackgroundServer, action, done, timeout: float = 60) -> list[dict]:
-    """Connect a viewer, run ``action`` in a thread, collect messages until ``done``."""
-    messages = []
-    url = server.url.replace("http://", "ws://") + "/ws/telemetry"
-    async with websockets.connect(url, max_size=None) as ws:
-        messages.append(json.loads(await ws.recv()))  # the snapshot: connected
-        await asyncio.to_thread(action)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not done(messages):
-            try:
-                messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
-            except TimeoutError:
-                pass
-    return messages
+def watch(server: BackgroundServer, action, done, timeout: float = 60) -> list[dict]:
+    """Connect a viewer, run ``action`` in a thread once it is connected, collect messages
+    until ``done``."""
+    return asyncio.run(ws_messages(server.url, done, timeout, action=action))
 
 
 def content(messages: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -63,7 +45,7 @@ def live(tiny_model_dir, tmp_path_factory):
     hub = TelemetryHub()
     hub.attach(llm)
     recorder = Recorder(llm, hub, tmp_path_factory.mktemp("roundtrip"))
-    path = recorder.start(owner=None)  # the Record toggle of a visitor who fired nothing
+    path = recorder.start("tab", owner=None)  # the Record toggle of a visitor who fired nothing
     ids = ["q0", "q1", "q2"]
 
     def fire():
@@ -73,8 +55,8 @@ def live(tiny_model_dir, tmp_path_factory):
             llm.add_request(f"question {i}: " + "tell me more " * (4 * i), params, request_id=rid)
 
     with serve(hub) as server:
-        messages = asyncio.run(watch(server, fire, finished(ids)))
-    recorder.stop(None)
+        messages = watch(server, fire, finished(ids))
+    recorder.stop("tab")
     llm.shutdown()
     return path, ids, messages
 
@@ -86,43 +68,44 @@ def test_replay_sends_the_frames_the_live_viewer_received(live):
     assert {e["label"] for e in live_events} == {"question 0", "question 1", "question 2"}
     trace = load_trace(path)
     assert [r["step"] for r in live_records] == [r["step"] for r in trace.records]
-    hub = TelemetryHub()
-    replay = HubReplay(trace, hub, path.name)
+    replay = Playback.of(trace, path.name)
     try:
-        replay.player.set_speed(2.0)
-        with serve(hub) as server:
-            messages = asyncio.run(watch(server, replay.player.play, finished(ids)))
+        replay.source.player.set_speed(2.0)
+        replay.source.player.seek(-1)  # from before the first iteration, as the live viewer
+        replay.hub.tick()
+        with serve(replay.hub) as server:
+            messages = watch(server, replay.source.player.play, finished(ids))
         records, events = content(messages)
         assert records == live_records
         assert events == live_events
         status = messages[-1]["status"]
         assert status["source"] == "replay" and status["replay"]["num_iterations"] == len(records)
     finally:
-        replay.close()
+        replay.source.close()
 
 
 def test_seeking_back_resyncs_viewers_with_a_snapshot(live):
-    path, ids, live_messages = live
+    path, ids, _ = live
     trace = load_trace(path)
-    hub = TelemetryHub()
-    replay = HubReplay(trace, hub, path.name)
+    replay = Playback.of(trace, path.name)
+    player = replay.source.player
     try:
         last = len(trace.records) - 1
 
         def scrub():
-            replay.player.seek(last)
+            player.seek(last)
             time.sleep(0.3)
-            replay.player.seek(2)
+            player.seek(2)
 
         def resynced(messages):
             return sum(m["type"] == "snapshot" for m in messages) >= 2 and \
                 messages[-1]["status"]["replay"]["iteration"] == 2
 
-        with serve(hub) as server:
-            messages = asyncio.run(watch(server, scrub, resynced, timeout=20))
+        with serve(replay.hub) as server:
+            messages = watch(server, scrub, resynced, timeout=20)
         snapshot = [m for m in messages if m["type"] == "snapshot"][-1]
         assert snapshot["records"][-1]["step"] == trace.records[2]["step"]
         assert [r["step"] for r in snapshot["records"]] == [r["step"] for r in trace.records[:3]]
         assert {e["request_id"] for e in snapshot["requests"]} <= set(ids)
     finally:
-        replay.close()
+        replay.source.close()

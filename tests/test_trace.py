@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from viz.privacy import HIDDEN_TOKEN
-from viz.trace import FORMAT_VERSION, Trace, TraceEntry, TraceError, TraceWriter, load_trace, make_header, write_trace
+from viz.live.privacy import HIDDEN_TOKEN
+from viz.traces.trace import (
+    FORMAT_VERSION,
+    Trace,
+    TraceEntry,
+    TraceError,
+    TraceWriter,
+    load_trace,
+    make_header,
+    write_trace,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,10 +37,10 @@ def live_run(tiny_model_dir, tmp_path_factory):
     llm.subscribe_events(lambda e: seen.append(TraceEntry("event", e)))
     paths = {"plain": root / "run.jsonl", "gzip": root / "run.jsonl.gz",
              "redacted": root / "redacted.jsonl", "own": root / "own.jsonl"}
-    writers = [TraceWriter(paths["plain"], make_header(llm.engine)).attach(llm),
-               TraceWriter(paths["gzip"], make_header(llm.engine)).attach(llm),
-               TraceWriter(paths["redacted"], make_header(llm.engine, "redacted")).attach(llm),
-               TraceWriter(paths["own"], make_header(llm.engine, "own"),
+    writers = [TraceWriter(paths["plain"], make_header(llm.info())).attach(llm),
+               TraceWriter(paths["gzip"], make_header(llm.info())).attach(llm),
+               TraceWriter(paths["redacted"], make_header(llm.info(), "redacted")).attach(llm),
+               TraceWriter(paths["own"], make_header(llm.info(), "own"),
                            readable=lambda rid: rid == "mine").attach(llm)]
     params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
     streams = [llm.add_request("a long prompt " * 12, params),
@@ -171,7 +180,8 @@ def test_write_trace_round_trips(live_run, tmp_path):
 
 
 def test_trace_modules_do_not_import_torch():
-    code = ("import sys, viz.trace, viz.replay, viz.export; "
+    code = ("import sys, viz.traces.trace, viz.traces.player, viz.traces.export, "
+            "viz.sources.replay_channels, viz.live.transport; "
             "print(sorted(m for m in ('torch', 'transformers', 'engine.llm_engine') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from viz.captions import VIEWS
-from viz.export import summarize, to_html_report
-from viz.trace import load_trace
+from viz.traces.export import summarize, to_html_report
+from viz.traces.trace import load_trace
+from viz.ui.captions import VIEWS
 
 from support.server import free_port
 

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from viz.hub import TelemetryHub
-from viz.privacy import HIDDEN_TOKEN
-from viz.recording import Recorder
-from viz.trace import load_trace
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import HIDDEN_TOKEN
+from viz.traces.recording import Recorder
+from viz.traces.trace import load_trace
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,11 @@ def recordings(tiny_model_dir, tmp_path_factory):
     hub.attach(llm)
     recorder = Recorder(llm, hub, root)
     with pytest.raises(RuntimeError, match="not loaded"):
-        recorder.start("alice")
+        recorder.start("alice-tab", "alice")
     attaching = recorder.record_run(root / "run.jsonl")  # while the model loads
     llm.wait_ready(120)
     attaching.join(30)
-    alice = recorder.start("alice")
+    alice = recorder.start("alice-tab", "alice")
     params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
     streams = []
     for owner in ("alice", "bob"):
@@ -34,8 +34,8 @@ def recordings(tiny_model_dir, tmp_path_factory):
         streams.append(llm.add_request(f"{owner} asks something private", params, request_id=rid))
     for stream in streams:
         stream.collect()
-    assert recorder.stop("alice") == alice
-    assert recorder.stop("alice") is None
+    assert recorder.stop("alice-tab") == alice
+    assert recorder.stop("alice-tab") is None
     recorder.close()
     llm.shutdown()
     return load_trace(root / "run.jsonl"), load_trace(alice)

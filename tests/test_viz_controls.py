@@ -2,8 +2,8 @@
 from types import SimpleNamespace
 
 from engine.config import EngineConfig
-from viz.presenter import PresenterAccess
-from viz.ui import _effective_budget
+from viz.ui.handlers import effective_budget
+from viz.ui.presenter import PresenterAccess
 
 
 def test_presenter_controls_are_open_locally_keyed_or_hidden_on_a_space():
@@ -17,9 +17,9 @@ def test_presenter_controls_are_open_locally_keyed_or_hidden_on_a_space():
 
 
 def test_turning_chunking_off_reports_the_budget_the_engine_will_use():
-    config = EngineConfig(max_model_len=1024, max_num_batched_tokens=512)
-    llm = SimpleNamespace(engine=SimpleNamespace(config=config))
-    assert _effective_budget(llm, 256, chunked=True) == 256
-    assert _effective_budget(llm, 256, chunked=False) == 1024
-    assert _effective_budget(llm, 2048, chunked=False) == 2048
+    config = EngineConfig(max_num_batched_tokens=512)
+    llm = SimpleNamespace(config=config, model_info=SimpleNamespace(max_model_len=1024))
+    assert effective_budget(llm, 256, chunked=True) == 256
+    assert effective_budget(llm, 256, chunked=False) == 1024
+    assert effective_budget(llm, 2048, chunked=False) == 2048
     assert config.max_num_batched_tokens == 512  # the engine's config is left alone

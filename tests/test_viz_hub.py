@@ -3,9 +3,8 @@ outboxes that drop the oldest frame, resync snapshots and per-visitor privacy.""
 import asyncio
 import json
 
-from viz import hub as hub_module
-from viz.hub import TelemetryHub
-from viz.privacy import HIDDEN_TOKEN, PUBLIC
+from viz.live.hub import TelemetryHub
+from viz.live.privacy import HIDDEN_TOKEN, PUBLIC
 
 
 def record(step: int, rid: str = "q1", token: int = 42) -> dict:
@@ -71,7 +70,7 @@ def test_replayed_records_and_events_reach_viewers_as_frames():
     assert [e["kind"] for e in frame["events"]] == ["arrival", "delta", "delta"]
     assert [e["offset"] for e in frame["events"][1:]] == [0, 5]
     assert all(e["visible"] and "owner" not in e for e in frame["events"])
-    snapshot = json.loads(hub.snapshot(viewer.audience))
+    snapshot = json.loads(hub.snapshot(viewer))
     [entry] = snapshot["requests"]
     assert entry["text"] == "Hello world" and entry["finished"] and entry["num_output_tokens"] == 2
     assert [r["step"] for r in snapshot["records"]] == [0]
@@ -128,7 +127,7 @@ def test_visitors_read_only_their_own_text():
         assert sampled == (99 if own else HIDDEN_TOKEN)
         assert "token-a" not in json.dumps(frame)  # owner tokens never leave the server
         assert ("my question" in json.dumps(frame)) is own
-    bob_view = json.loads(hub.snapshot(bob.audience))["requests"]
+    bob_view = json.loads(hub.snapshot(bob))["requests"]
     assert [e["text"] for e in bob_view] == ["", "text of p1"]
 
 
@@ -143,15 +142,8 @@ def test_reset_clears_history_and_resyncs_every_viewer():
     hub.reset()
     hub.tick()
     assert drain(viewer) == [{"type": "snapshot"}]
-    snapshot = json.loads(hub.snapshot(viewer.audience))
+    snapshot = json.loads(hub.snapshot(viewer))
     assert snapshot["requests"] == [] and snapshot["records"] == []
-
-
-def test_wait_for_status_follows_records():
-    hub = TelemetryHub()
-    assert not hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
-    hub.publish_record(record(0))
-    assert hub.wait_for_status(["q1"], {"decoding"}, timeout=0.01)
 
 
 def test_shared_view_marks_each_viewers_own_requests():
@@ -181,15 +173,3 @@ def test_viewers_owning_no_request_share_the_anonymous_frame():
     assert all(frame is frames[0] for frame in frames)  # serialised once for all of them
     assert owner._outbox[0] is not frames[0] and "secret" in owner._outbox[0]
     assert json.loads(frames[0])["records"][0]["sampled"] == {"a1": HIDDEN_TOKEN}
-
-
-def test_finished_statuses_are_pruned_to_a_recent_few(monkeypatch):
-    monkeypatch.setattr(hub_module, "RECENT_FINISHED", 3)
-    hub = TelemetryHub()
-    for step in range(10):
-        finished = record(step, f"q{step}")
-        finished["requests"][f"q{step}"]["status"] = "finished"
-        hub.publish_record(finished)
-    hub.publish_record(record(10, "live"))
-    assert set(hub._statuses) == {"q7", "q8", "q9", "live"}
-    assert hub.wait_for_status(["q9"], {"finished"}, timeout=0.01)

@@ -23,7 +23,8 @@ class BackgroundServer:
         self.host, self.port = host, port or free_port(host)
         self.start_timeout = start_timeout
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
-                                ws_ping_interval=None, **options)
+                                ws_ping_interval=None,
+                                **{"timeout_graceful_shutdown": 2, **options})
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 

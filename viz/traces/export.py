@@ -21,7 +21,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .trace import Trace, TraceError, load_trace, schema
+from ..colors import STATE_COLORS, phase_colors
+from .trace import Trace, TraceError, load_trace, trace_phases
 
 ENGINE_PID, REQUESTS_PID = 1, 2
 SLICE_NAMES = {"prefill": "prefill", "prefill_chunk": "prefill chunk", "decode": "decode"}
@@ -56,10 +57,11 @@ def request_timelines(trace: Trace) -> dict[str, RequestTimeline]:
     timelines: dict[str, RequestTimeline] = {}
     for entry in trace.entries:
         data = entry.data
-        if entry.kind == "event":
-            if data["kind"] == "arrival" and data["request_id"] not in timelines:
-                timelines[data["request_id"]] = RequestTimeline(
-                    data["request_id"], data["time"], data["num_prompt_tokens"])
+        if entry.kind == "event" and data["kind"] == "arrival" and \
+                data["request_id"] not in timelines:
+            timelines[data["request_id"]] = RequestTimeline(
+                data["request_id"], data["time"], data["num_prompt_tokens"])
+        if entry.kind != "record":
             continue
         for rid, state in data["requests"].items():  # requests that arrived before recording
             if rid not in timelines:
@@ -93,6 +95,7 @@ class RunSummary:
     preemptions: int
     prefix_hit_tokens: int
     prefill_chunks: int
+    lost_steps: list[int] = field(default_factory=list)  # records the recording could not write
 
 
 def summarize(trace: Trace, timelines: dict[str, RequestTimeline] | None = None) -> RunSummary:
@@ -117,6 +120,7 @@ def summarize(trace: Trace, timelines: dict[str, RequestTimeline] | None = None)
         preemptions=sum(t.preemptions for t in timelines.values()),
         prefix_hit_tokens=sum(t.prefix_hit_tokens for t in timelines.values()),
         prefill_chunks=sum(s["kind"] == "prefill_chunk" for r in records for s in r["segments"]),
+        lost_steps=trace.lost_steps,
     )
 
 
@@ -130,63 +134,91 @@ def _quantile(values: list[float], q: float) -> float | None:
 # ---- Chrome trace events ---------------------------------------------------------------------
 def to_chrome_trace(trace: Trace) -> dict:
     """The run as a trace-event JSON object (timestamps in microseconds from the first entry)."""
-    origin = min((e.time if e.kind == "event" else e.data["t_start"] for e in trace.entries),
-                 default=trace.header["started_at"])
-
-    def us(t: float) -> float:
-        return round((t - origin) * 1e6, 3)
-
-    timelines = request_timelines(trace)
-    tids = {rid: i for i, rid in enumerate(timelines, start=1)}
-    events = [_meta("process_name", ENGINE_PID, 0, "Engine"),
-              _meta("process_name", REQUESTS_PID, 0, "Requests"),
-              _meta("thread_name", ENGINE_PID, 0, "steps")]
-    events += [_meta("thread_name", ENGINE_PID, i, phase)
-               for i, phase in enumerate(schema.PHASES, start=1)]
-    events += [_meta("thread_name", REQUESTS_PID, tid, rid) for rid, tid in tids.items()]
-    events += [_meta("thread_sort_index", REQUESTS_PID, tid, tid, key="sort_index")
-               for tid in tids.values()]
-    waiting_since = {rid: t.arrival for rid, t in timelines.items()}
+    chrome = _ChromeTrace(trace)
+    events = chrome.metadata()
     for record in trace.records:
-        start, end = us(record["t_start"]), us(record["t_end"])
-        events.append(_slice(f"step {record['step']}", ENGINE_PID, 0, start, end - start, {
-            "step": record["step"], "rows": record["num_rows"], "padded_rows": record["padded_rows"],
-            "token_budget": record["token_budget"], "policy": record["policy"],
-            "segments": len(record["segments"]), "error": record["error"]}))
-        offset = start
-        for i, phase in enumerate(schema.PHASES, start=1):
-            dur = record["durations_ms"][phase] * 1e3
-            events.append(_slice(phase, ENGINE_PID, i, offset, dur, {"step": record["step"]}))
-            offset += dur
-        kv = record["kv"]
-        events.append(_counter("KV blocks", start, {"used": kv["num_blocks"] - kv["num_free"],
-                                                     "cached": kv["num_cached"]}))
-        events.append(_counter("queues", start, {"waiting": record["num_waiting"],
-                                                  "running": record["num_running"]}))
-        for segment in record["segments"]:
-            rid = segment["request_id"]
-            tid = tids[rid]
-            if rid in waiting_since:
-                since = us(waiting_since.pop(rid))
-                events.append(_slice("waiting", REQUESTS_PID, tid, since, max(start - since, 0), {}))
-            args = {"step": record["step"], "tokens": segment["num_rows"],
-                    "num_cached": segment["num_cached"], "num_keys": segment["num_keys"]}
-            if rid in record["admitted"]:
-                args["prefix_hit_tokens"] = record["admitted"][rid]
-            events.append(_slice(SLICE_NAMES[segment["kind"]], REQUESTS_PID, tid, start,
-                                 end - start, args))
-            if segment["sampled"] and timelines[rid].token_times[0] == record["t_end"]:
-                events.append(_instant("first token", REQUESTS_PID, tid, end))
-        for rid in record["preempted"]:
-            events.append(_instant("preempted", REQUESTS_PID, tids[rid], start))
-            waiting_since[rid] = record["t_end"]
-        for rid, reason in record["finished"].items():
-            if rid in tids:
-                events.append(_instant(f"finished ({reason})", REQUESTS_PID, tids[rid], end))
+        events += chrome.engine_events(record) + chrome.request_events(record)
+    events += [{**_instant("recording gap", ENGINE_PID, 0, chrome.us(gap["time"])),
+                "s": "p", "args": {"step": gap["step"], "lost": gap["lost"],
+                                   "error": gap["error"]}} for gap in trace.gaps]
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"model": trace.header["model"]["name"],
                           "hardware": trace.header["hardware"],
                           "started_at": trace.header["started_at"]}}
+
+
+class _ChromeTrace:
+    """Trace events of one run: the Engine process's step, phase and counter tracks, and a
+    track per request in the Requests process."""
+
+    def __init__(self, trace: Trace):
+        self.origin = min((e.data["t_start"] if e.kind == "record" else e.time
+                           for e in trace.entries), default=trace.header["started_at"])
+        self.phases = trace_phases(trace)
+        self.timelines = request_timelines(trace)
+        self.tids = {rid: i for i, rid in enumerate(self.timelines, start=1)}
+        self.waiting_since = {rid: t.arrival for rid, t in self.timelines.items()}
+
+    def us(self, t: float) -> float:
+        return round((t - self.origin) * 1e6, 3)
+
+    def metadata(self) -> list[dict]:
+        events = [_meta("process_name", ENGINE_PID, 0, "Engine"),
+                  _meta("process_name", REQUESTS_PID, 0, "Requests"),
+                  _meta("thread_name", ENGINE_PID, 0, "steps")]
+        events += [_meta("thread_name", ENGINE_PID, i, phase)
+                   for i, phase in enumerate(self.phases, start=1)]
+        events += [_meta("thread_name", REQUESTS_PID, tid, rid) for rid, tid in self.tids.items()]
+        events += [_meta("thread_sort_index", REQUESTS_PID, tid, tid, key="sort_index")
+                   for tid in self.tids.values()]
+        return events
+
+    def engine_events(self, record: dict) -> list[dict]:
+        start, end = self.us(record["t_start"]), self.us(record["t_end"])
+        events = [_slice(f"step {record['step']}", ENGINE_PID, 0, start, end - start, {
+            "step": record["step"], "rows": record["num_rows"], "padded_rows": record["padded_rows"],
+            "token_budget": record["token_budget"], "policy": record["policy"],
+            "segments": len(record["segments"]), "error": record["error"]})]
+        offset = start
+        for i, phase in enumerate(self.phases, start=1):
+            dur = record["durations_ms"].get(phase, 0) * 1e3
+            events.append(_slice(phase, ENGINE_PID, i, offset, dur, {"step": record["step"]}))
+            offset += dur
+        kv = record["kv"]
+        return events + [
+            _counter("KV blocks", start, {"used": kv["num_blocks"] - kv["num_free"],
+                                          "cached": kv["num_cached"]}),
+            _counter("queues", start, {"waiting": record["num_waiting"],
+                                       "running": record["num_running"]})]
+
+    def request_events(self, record: dict) -> list[dict]:
+        start, end = self.us(record["t_start"]), self.us(record["t_end"])
+        events = []
+        for segment in record["segments"]:
+            events += self._segment_events(record, segment, start, end)
+        for rid in record["preempted"]:
+            events.append(_instant("preempted", REQUESTS_PID, self.tids[rid], start))
+            self.waiting_since[rid] = record["t_end"]
+        events += [_instant(f"finished ({reason})", REQUESTS_PID, self.tids[rid], end)
+                   for rid, reason in record["finished"].items() if rid in self.tids]
+        return events
+
+    def _segment_events(self, record: dict, segment: dict, start: float, end: float) -> list:
+        rid = segment["request_id"]
+        tid = self.tids[rid]
+        events = []
+        if rid in self.waiting_since:
+            since = self.us(self.waiting_since.pop(rid))
+            events.append(_slice("waiting", REQUESTS_PID, tid, since, max(start - since, 0), {}))
+        args = {"step": record["step"], "tokens": segment["num_rows"],
+                "num_cached": segment["num_cached"], "num_keys": segment["num_keys"]}
+        if rid in record["admitted"]:
+            args["prefix_hit_tokens"] = record["admitted"][rid]
+        events.append(_slice(SLICE_NAMES[segment["kind"]], REQUESTS_PID, tid, start, end - start,
+                             args))
+        if segment["sampled"] and self.timelines[rid].token_times[0] == record["t_end"]:
+            events.append(_instant("first token", REQUESTS_PID, tid, end))
+        return events
 
 
 def _meta(name: str, pid: int, tid: int, value, key: str = "name") -> dict:
@@ -207,8 +239,7 @@ def _counter(name: str, ts: float, values: dict) -> dict:
 
 
 # ---- static HTML report ----------------------------------------------------------------------
-TIMELINE_STATES = ("idle", "waiting", "prefill", "prefill chunk", "decode", "preempted")
-TIMELINE_COLORS = ("#ffffff", "#d9d9d9", "#1f77b4", "#6baed6", "#2ca02c", "#d62728")
+TIMELINE_STATES = tuple(STATE_COLORS)  # idle, waiting, prefill, prefill chunk, decode, preempted
 
 
 def plotly_js() -> str:
@@ -223,8 +254,10 @@ def report_figures(trace: Trace) -> dict[str, dict]:
     """Plotly figures (data + layout) of the run, keyed by element id."""
     records = trace.records
     steps = [r["step"] for r in records]
-    timing = [{"type": "bar", "name": phase, "x": steps,
-               "y": [r["durations_ms"][phase] for r in records]} for phase in schema.PHASES]
+    timing = [{"type": "bar", "name": phase["name"], "x": steps,
+               "marker": {"color": phase["color"]},
+               "y": [r["durations_ms"].get(phase["name"], 0) for r in records]}
+              for phase in phase_colors(trace_phases(trace))]
     layout_traces = [{"type": "bar", "name": label, "x": steps,
                       "y": [sum(s["num_rows"] for s in r["segments"] if s["kind"] == kind)
                             for r in records]} for kind, label in SLICE_NAMES.items()]
@@ -244,7 +277,7 @@ def report_figures(trace: Trace) -> dict[str, dict]:
     ]
     rids, z = _request_states(trace)
     n = len(TIMELINE_STATES)
-    scale = [[edge, color] for i, color in enumerate(TIMELINE_COLORS)
+    scale = [[edge, color] for i, color in enumerate(STATE_COLORS.values())
              for edge in (i / n, (i + 1) / n)]
     timeline = [{"type": "heatmap", "x": steps, "y": rids, "z": z, "zmin": -0.5,
                  "zmax": n - 0.5, "colorscale": scale, "xgap": 0, "ygap": 1,
@@ -346,6 +379,8 @@ def _summary_table(summary: RunSummary) -> str:
         "preemptions": "preemptions", "prefix_hit_tokens": "prefix-cache hit tokens",
         "prefill_chunks": "prefill chunks"}
     values = asdict(summary)
+    values["lost_steps"] = ", ".join(f"step {step}" for step in summary.lost_steps) or "none"
+    labels["lost_steps"] = "steps lost in recording"
     rows = "".join(f"<tr><th>{label}</th><td>{_fmt(values[key])}</td></tr>"
                    for key, label in labels.items())
     return f'<table id="summary">{rows}</table>'

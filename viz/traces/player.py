@@ -16,7 +16,6 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .privacy import PUBLIC
 from .trace import Trace, TraceEntry
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # the replay bar's choices
@@ -156,49 +155,3 @@ class ReplayPlayer:
                     self._playing = False
                 if was_record or not self._playing:
                     self._report()
-
-
-class HubReplay:
-    """A trace played into a TelemetryHub: the replay counterpart of ``hub.attach(llm)``.
-
-    Every request is public to every viewer: a trace holds only the text its recorder was
-    allowed to keep. The status line shows the replay's position, speed and play state.
-    """
-
-    def __init__(self, trace: Trace, hub, name: str):
-        self.hub = hub
-        self.name = name
-        self.model = trace.header["model"]["name"]
-        self._claimed: set[str] = set()
-        self.player = ReplayPlayer(trace, self._publish, self._reset, on_state=self._remember)
-        self._state = self.player.state
-        hub.set_status_provider(self.status)
-
-    def _publish(self, entry: TraceEntry) -> None:
-        data = entry.data
-        if entry.kind == "record":
-            self.hub.publish_record(data)
-            return
-        rid = data["request_id"]
-        if data["kind"] == "arrival" or rid not in self._claimed:
-            self.hub.claim(rid, PUBLIC, data.get("label"))
-            self._claimed.add(rid)
-        self.hub.publish_event(data)
-
-    def _reset(self) -> None:
-        self._claimed.clear()
-        self.hub.reset()
-
-    def _remember(self, state: PlayerState) -> None:
-        self._state = state  # read by the status line without taking the player's lock
-
-    def status(self) -> dict:
-        state = self._state
-        return {"source": "replay", "state": "ready", "model": self.model, "load_seconds": None,
-                "load_error": None, "paused": not state.playing,
-                "replay": {"trace": self.name, "iteration": state.iteration,
-                           "num_iterations": state.num_iterations, "step": state.step,
-                           "speed": state.speed, "playing": state.playing}}
-
-    def close(self) -> None:
-        self.player.close()

@@ -9,13 +9,18 @@ Format ``batchscope-trace`` version 1, one JSON object per line:
 - then, in the order the engine produced them, ``{"type": "record", "data": <IterationRecord
   dict>}`` for every step and ``{"type": "event", "data": <RequestEvent dict>}`` for every
   request arrival and text delta (both documented in engine/telemetry.py). Records have
-  consecutive ``step`` numbers (a recording may start mid-run). An arrival recorded from the
-  dashboard may add ``"label"``: the short text its panel showed instead of the prompt.
-- last line: ``{"type": "end", "records": <count>, "events": <count>}``; a file without it was
-  cut off.
+  consecutive ``step`` numbers (a recording may start mid-run) except after a gap line. An
+  arrival recorded from the dashboard may add ``"label"``: the short text its panel showed
+  instead of the prompt.
+- ``{"type": "gap", "lost": "record" | "event", "step": <int or null>, "time": <epoch s>,
+  "error": str}`` where the writer could not write an entry: the recording goes on, and the
+  gap says what is missing (``step``: the lost record's, when known) instead of leaving a
+  silent hole. Replay and the exports show it.
+- last line: ``{"type": "end", "records": <count>, "events": <count>, "gaps": <count>}``; a
+  file without it was cut off.
 
 ``text`` says whose text the file holds: ``"full"`` every request's, ``"redacted"`` none,
-``"own"`` only that of the requests the recording visitor could read (privacy.py). For the
+``"own"`` only that of the requests the recording visitor could read (viz/live/privacy.py). For the
 others the prompt and text are dropped and token ids become ``privacy.HIDDEN_TOKEN`` (so token
 counts, TTFT and inter-token latency survive); layout, timing and KV state are always kept.
 
@@ -29,20 +34,19 @@ import gzip
 import json
 import logging
 import os
-import platform
 import queue
-import sys
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from engine import telemetry as schema  # plain data: no torch (engine/__init__ is lazy)
+from engine.record_source import SourceInfo
 
-from .privacy import HIDDEN_TOKEN
+from ..live.privacy import HIDDEN_TOKEN
 
 FORMAT = "batchscope-trace"
 FORMAT_VERSION = 1
@@ -66,12 +70,13 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TraceEntry:
-    kind: str  # "record" | "event"
+    kind: str  # "record" | "event" | "gap"
     data: dict
 
     @property
     def time(self) -> float:
-        """When the live viewers got it: a record when its step ended, an event when emitted."""
+        """When the live viewers got it: a record when its step ended, an event when emitted
+        (a gap: when the write failed)."""
         return self.data["t_end"] if self.kind == "record" else self.data["time"]
 
 
@@ -88,40 +93,31 @@ class Trace:
     def events(self) -> list[dict]:
         return [e.data for e in self.entries if e.kind == "event"]
 
+    @property
+    def gaps(self) -> list[dict]:
+        return [e.data for e in self.entries if e.kind == "gap"]
+
+    @property
+    def lost_steps(self) -> list[int]:
+        """The steps whose records the recording lost (as far as their gap lines know)."""
+        return [g["step"] for g in self.gaps if g["lost"] == "record" and g["step"] is not None]
+
+
+def trace_phases(trace: Trace) -> list[str]:
+    """The engine phases the trace's records time, in their order (``total`` aside)."""
+    records = trace.records
+    return [p for p in (records[0]["durations_ms"] if records else ()) if p != "total"]
+
 
 # ---- writing ---------------------------------------------------------------------------------
-def make_header(engine, text: str = "full") -> dict:
-    """The header line for a run of ``engine`` (an LLMEngine: ``LLM.engine``, ``AsyncLLM.engine``)."""
+def make_header(info: SourceInfo, text: str = "full") -> dict:
+    """The header line for a run of a record source (``info().trace_header``: model config,
+    engine config and hardware)."""
     if text not in TEXT_MODES:
         raise ValueError(f"text must be one of {TEXT_MODES}, got {text!r}")
-    hf_config = engine.loaded.config
-    return {
-        "type": "header",
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "schema_version": schema.SCHEMA_VERSION,
-        "started_at": time.time(),
-        "text": text,
-        "model": {"name": engine.model_name,
-                  "config": hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}},
-        "engine": dataclasses.asdict(engine.config),
-        "hardware": _hardware(engine.config.device),
-    }
-
-
-def _hardware(device: str) -> dict:
-    torch = sys.modules.get("torch")  # already imported by the engine being recorded
-    gpu = None
-    if torch is not None and device == "cuda":
-        gpu = torch.cuda.get_device_name()
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "device": device,
-        "torch": getattr(torch, "__version__", None),
-        "gpu": gpu,
-    }
+    return {"type": "header", "format": FORMAT, "version": FORMAT_VERSION,
+            "schema_version": schema.SCHEMA_VERSION, "started_at": time.time(), "text": text,
+            **info.trace_header}
 
 
 def redact_record(data: dict, readable: Callable[[str], bool]) -> dict:
@@ -137,6 +133,19 @@ def redact_event(data: dict) -> dict:
     return {**data, "prompt": None, "text": "", "token_ids": hidden}
 
 
+@dataclass(frozen=True, slots=True)
+class TraceLimits:
+    """Where a recording stops by itself (the dashboard's Record toggle; ``--record`` has
+    none): so many records (steps), or so many bytes of JSON written before compression."""
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+
+    def reached(self, records: int, size: int) -> bool:
+        return (self.max_records is not None and records >= self.max_records) or \
+            (self.max_bytes is not None and size >= self.max_bytes)
+
+
 class TraceWriter:
     """Appends a run to a trace file from a background thread.
 
@@ -144,19 +153,23 @@ class TraceWriter:
     call on the engine thread; serialization, redaction and disk writes happen on the writer
     thread. ``readable(request_id)`` decides whose text is kept (required when the header's
     text is "own"; by default all for "full", none for "redacted"); ``label_of(request_id)``
-    gives an arrival's dashboard label. ``close()`` drains the queue and writes the end line.
+    gives an arrival's dashboard label. The writer thread ends the file (the end line) when
+    ``close()`` is called or when ``limits`` are reached (``capped``; it then detaches itself
+    and ignores what comes after).
     """
 
     def __init__(self, path: str | os.PathLike, header: dict,
                  readable: Callable[[str], bool] | None = None,
-                 label_of: Callable[[str], str | None] | None = None):
+                 label_of: Callable[[str], str | None] | None = None,
+                 limits: TraceLimits = TraceLimits()):
         text = header.get("text")
         if text == "own" and readable is None:
             raise ValueError("TraceWriter: a trace of text 'own' needs readable(request_id)")
         self.path = Path(path)
         self.header = header
-        self.num_records = 0
-        self.num_events = 0
+        self.limits = limits
+        self.num_records = self.num_events = self.num_gaps = self.num_bytes = 0
+        self.capped = False
         self._readable = readable or (lambda _rid: text == "full")
         self._label_of = label_of
         self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
@@ -174,44 +187,69 @@ class TraceWriter:
         return self
 
     def add_record(self, record) -> None:
-        if not self._closed:
-            self._queue.put(("record", record))
+        self.add("record", record)
 
     def add_event(self, event) -> None:
+        self.add("event", event)
+
+    def add(self, kind: str, data) -> None:
+        """An entry of ``kind`` "record", "event" or "gap" (a gap line's content)."""
         if not self._closed:
-            self._queue.put(("event", event))
+            self._queue.put((kind, data))
+
+    @property
+    def running(self) -> bool:
+        return not self._closed
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
+        """Write what is queued and the end line (idempotent; waits for the writer thread)."""
+        self._detach()
         self._queue.put(None)
         self._thread.join()
-        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events})
-        self._file.close()
 
-    def __enter__(self) -> TraceWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _detach(self) -> None:
+        self._closed = True
+        unsubscribe, self._unsubscribe = self._unsubscribe, []
+        for remove in unsubscribe:
+            remove()
+
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
-            kind, obj = item
-            try:
-                data = obj if isinstance(obj, dict) else obj.to_dict()
-                data = redact_record(data, self._readable) if kind == "record" else self._event(data)
-                self._write_line({"type": kind, "data": data})
-            except Exception:  # keep recording; the gap in steps will show when it is read
-                log.exception("trace %s: could not write a %s", self.path, kind)
-                continue
-            if kind == "record":
-                self.num_records += 1
-            else:
-                self.num_events += 1
+            self._write_entry(*item)
+            if self.limits.reached(self.num_records, self.num_bytes):
+                self.capped = True
+                self._detach()
+                break
+        self._write_line({"type": "end", "records": self.num_records, "events": self.num_events,
+                          "gaps": self.num_gaps})
+        self._file.close()
+
+    def _write_entry(self, kind: str, obj) -> None:
+        if kind == "gap":
+            self._write_gap(obj)
+            return
+        try:
+            data = obj if isinstance(obj, dict) else obj.to_dict()
+            data = redact_record(data, self._readable) if kind == "record" else self._event(data)
+            self._write_line({"type": kind, "data": data})
+        except Exception as exc:  # keep recording; the file says what is missing
+            log.exception("trace %s: could not write a %s", self.path, kind)
+            self._write_gap(_gap(kind, obj, exc))
+            return
+        if kind == "record":
+            self.num_records += 1
+        else:
+            self.num_events += 1
+
+    def _write_gap(self, gap: dict) -> None:
+        self._write_line({"type": "gap", **gap})
+        self.num_gaps += 1
 
     def _event(self, event: dict) -> dict:
         """The event with its dashboard label, or without any text if it may not be kept."""
@@ -222,7 +260,16 @@ class TraceWriter:
         return {**event, "label": label} if label else event
 
     def _write_line(self, obj: dict) -> None:
-        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        line = json.dumps(obj, separators=(",", ":")) + "\n"  # whole, or not at all
+        self._file.write(line)
+        self.num_bytes += len(line)
+
+
+def _gap(kind: str, obj, exc: Exception) -> dict:
+    """The gap line's content for ``obj``, a ``kind`` entry that could not be written."""
+    step = obj.get("step") if isinstance(obj, dict) else getattr(obj, "step", None)
+    return {"lost": kind, "step": step if isinstance(step, int) else None, "time": time.time(),
+            "error": f"{type(exc).__name__}: {exc}"}
 
 
 def _open_write(path: Path) -> IO[str]:
@@ -235,7 +282,7 @@ def write_trace(path: str | os.PathLike, trace: Trace) -> None:
     """Write a whole trace at once (tests, re-encoding a file); its text is kept as it is."""
     with TraceWriter(path, trace.header, readable=lambda _rid: True) as writer:
         for entry in trace.entries:
-            (writer.add_record if entry.kind == "record" else writer.add_event)(entry.data)
+            writer.add(entry.kind, entry.data)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -248,38 +295,58 @@ def load_trace(path: str | os.PathLike) -> Trace:
             gzipped = probe.read(2) == GZIP_MAGIC
     except OSError as exc:
         raise TraceError(f"{where}: cannot open trace file ({exc.strerror})") from None
-    trace: Trace | None = None
-    end: dict | None = None
-    last_step: int | None = None
-    lineno = 0
-    stream = gzip.open(path, "rt", encoding="utf-8") if gzipped else path.open(encoding="utf-8")
-    with stream:
+    opener = gzip.open if gzipped else open
+    with opener(path, "rt", encoding="utf-8") as stream:
+        reader = _TraceReader(where)
         for lineno, line in _numbered_lines(stream, where):
-            at = f"{where}: line {lineno}"
-            if end is not None:
-                raise TraceError(f"{at}: content after the end line")
-            obj = _parse_line(line, at)
-            kind = obj.get("type")
-            if trace is None:
-                trace = Trace(_check_header(obj, at))
-            elif kind == "record":
-                last_step = _check_record(obj.get("data"), last_step, at)
-                trace.entries.append(TraceEntry("record", obj["data"]))
-            elif kind == "event":
-                _check_event(obj.get("data"), at)
-                trace.entries.append(TraceEntry("event", obj["data"]))
-            elif kind == "end":
-                end = obj
-            else:
-                raise TraceError(f"{at}: unknown entry type {kind!r} "
-                                 "(expected 'record', 'event' or 'end')")
-    if trace is None:
-        raise TraceError(f"{where}: line 1: the file is empty (expected a trace header)")
-    if end is None:
-        raise TraceError(f"{where}: truncated: the file stops after line {lineno} without the "
-                         "end line (the recording was cut off or the file was cut short)")
-    _check_counts(trace, end, f"{where}: line {lineno}")
-    return trace
+            reader.read(_parse_line(line, f"{where}: line {lineno}"), lineno)
+    return reader.finish()
+
+
+class _TraceReader:
+    """Checks each line against the ones before it and collects the trace."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.trace: Trace | None = None
+        self.end: dict | None = None
+        self.last_step: int | None = None
+        self.after_gap = False  # a lost record: the next step may skip
+        self.lineno = 0
+
+    def read(self, obj: dict, lineno: int) -> None:
+        at, self.lineno = f"{self.where}: line {lineno}", lineno
+        kind = obj.get("type")
+        if self.end is not None:
+            raise TraceError(f"{at}: content after the end line")
+        if self.trace is None:
+            self.trace = Trace(_check_header(obj, at))
+        elif kind == "record":
+            self.last_step = _check_record(obj.get("data"), self.last_step, self.after_gap, at)
+            self.after_gap = False
+            self.trace.entries.append(TraceEntry("record", obj["data"]))
+        elif kind == "event":
+            _check_event(obj.get("data"), at)
+            self.trace.entries.append(TraceEntry("event", obj["data"]))
+        elif kind == "gap":
+            gap = _check_gap(obj, at)
+            self.after_gap = self.after_gap or gap["lost"] == "record"
+            self.trace.entries.append(TraceEntry("gap", gap))
+        elif kind == "end":
+            self.end = obj
+        else:
+            raise TraceError(f"{at}: unknown entry type {kind!r} "
+                             "(expected 'record', 'event', 'gap' or 'end')")
+
+    def finish(self) -> Trace:
+        if self.trace is None:
+            raise TraceError(f"{self.where}: line 1: the file is empty (expected a trace header)")
+        if self.end is None:
+            raise TraceError(f"{self.where}: truncated: the file stops after line {self.lineno} "
+                             "without the end line (the recording was cut off or the file was "
+                             "cut short)")
+        _check_counts(self.trace, self.end, f"{self.where}: line {self.lineno}")
+        return self.trace
 
 
 def _numbered_lines(stream: IO[str], where: str) -> Iterator[tuple[int, str]]:
@@ -337,13 +404,13 @@ def _check_header(obj: dict, at: str) -> dict:
     return obj
 
 
-def _check_record(data: Any, last_step: int | None, at: str) -> int:
+def _check_record(data: Any, last_step: int | None, after_gap: bool, at: str) -> int:
     try:
         schema.validate_record(data)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise TraceError(f"{at}: invalid iteration record: {exc}") from None
     step = data["step"]
-    if last_step is not None and step != last_step + 1:
+    if last_step is not None and not (step > last_step if after_gap else step == last_step + 1):
         raise TraceError(f"{at}: record step {step} follows step {last_step} "
                          "(a record is missing, repeated or out of order)")
     return step
@@ -362,8 +429,19 @@ def _check_event(data: Any, at: str) -> None:
         raise TraceError(f"{at}: invalid request event: kind {data['kind']!r} not in {EVENT_KINDS}")
 
 
+def _check_gap(obj: dict, at: str) -> dict:
+    gap = {k: v for k, v in obj.items() if k != "type"}
+    if gap.get("lost") not in ("record", "event") or "time" not in gap:
+        raise TraceError(f"{at}: invalid gap: needs lost ('record' or 'event') and time")
+    if gap.get("step") is not None and not isinstance(gap["step"], int):
+        raise TraceError(f"{at}: invalid gap: step {gap['step']!r} is not an integer")
+    return {"step": None, "error": "", **gap}
+
+
 def _check_counts(trace: Trace, end: dict, at: str) -> None:
     counts = {"records": len(trace.records), "events": len(trace.events)}
+    if "gaps" in end:  # files written before gap lines existed have no count
+        counts["gaps"] = len(trace.gaps)
     for name, actual in counts.items():
         if end.get(name) != actual:
             raise TraceError(f"{at}: the end line says {end.get(name)!r} {name} but the file "

@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-PRESETS_PATH = Path(__file__).resolve().parent.parent / "assets" / "presets.json"
+from ..paths import ASSETS
+
+PRESETS_PATH = ASSETS / "presets.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +23,7 @@ class RequestSpec:
     tokens: int | None = None  # exact prompt length in tokens (raw, no chat template)
     label: str = "q"  # request id prefix, e.g. "A" -> "A7"
     max_tokens: int | None = None  # overrides the preset's (slider's) value
+    min_max_tokens: int | None = None  # the slider's value, but at least this many
     after_decoding: bool = False  # arrive once every earlier request of the shot is decoding
 
 
@@ -39,6 +42,12 @@ class Preset:
     system: str | None = None
     chat: bool = True
     fixed: bool = False  # the request list is the workload: count and spacing do not apply
+    ignore_eos: bool = False  # every request generates exactly its max tokens
+
+    @property
+    def description(self) -> str:
+        """What the page shows about the preset, in both languages (Markdown)."""
+        return f"{self.about}\n\n{self.about_zh}"
 
 
 @dataclass(frozen=True, slots=True)

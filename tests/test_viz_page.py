@@ -1,0 +1,56 @@
+"""The page's text: every label from the strings table in both languages, and every icon a
+glyph the fonts of `make browser` (fonts-wqy-microhei) draw."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import unicodedata
+
+import pytest
+
+from viz.ui import page
+from viz.ui.strings import LANGUAGES, STRINGS_PATH, load_strings
+
+FONT_FAMILY = "WenQuanYi Micro Hei"
+
+
+def symbols(text: str) -> set[str]:
+    """Characters of ``text`` that are neither letters, digits, CJK nor ASCII."""
+    return {c for c in text if not c.isascii() and unicodedata.category(c)[0] in "SP"
+            and not unicodedata.name(c, "").startswith(("CJK", "FULLWIDTH", "IDEOGRAPHIC"))}
+
+
+def test_every_page_string_has_both_languages():
+    table = json.loads(STRINGS_PATH.read_text(encoding="utf-8"))
+    assert set(table) == {"page", "views"}
+    for key, texts in table["page"].items():
+        assert all(texts.get(lang) for lang in LANGUAGES), key
+    assert load_strings().both("fired", count=2, ids="A1, B2") == \
+        "Fired 2: A1, B2 · 已发射 2 个：A1, B2"
+
+
+@pytest.mark.skipif(not shutil.which("fc-list"), reason="fontconfig's fc-list is not installed")
+def test_icons_and_symbols_are_glyphs_of_the_installed_font():
+    if FONT_FAMILY not in subprocess.run(["fc-list"], capture_output=True, text=True, check=False).stdout:
+        pytest.skip("fonts-wqy-microhei is not installed (make browser)")
+    texts = [page.PAUSE, page.STEP, page.PLAY, page.RECORD,
+             *(t for texts in load_strings().table.values() for t in texts.values())]
+    missing = []
+    for char in sorted(set().union(*map(symbols, texts))):
+        families = subprocess.run(["fc-list", f":charset={ord(char):x}", "family"],
+                                  capture_output=True, text=True, check=False).stdout
+        if FONT_FAMILY not in families:
+            missing.append(f"{char} U+{ord(char):04X}")
+    assert not missing
+
+
+def test_page_errors_are_said_in_each_language():
+    from viz.ui.strings import PAGE, PageError
+
+    error = PageError("model_loading")
+    assert str(error) == "the model is still loading"
+    assert PAGE.both("not_fired", reason=error) == \
+        "Not fired: the model is still loading · 未发射：模型仍在加载"
+    assert PAGE.both("not_fired", reason=ValueError("prompt too long")).endswith(
+        "未发射：prompt too long")

@@ -1,0 +1,92 @@
+"""The Record toggle of the dashboard: one tab's recording, ended with the tab, capped,
+its files removed, and behind the presenter key like the other presenter controls."""
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from viz.live.identity import COOKIE, new_visitor_id
+
+from support.server import BackgroundServer
+from support.viewers import dashboard
+
+
+def wait_until(condition, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir):
+    with dashboard(tiny_model_dir) as (server, app, _):
+        yield server, app
+
+
+def test_closing_the_tab_stops_its_recording_and_deletes_the_file(served):
+    from gradio_client import Client
+
+    server, app = served
+    cookie = {"Cookie": f"{COOKIE}={new_visitor_id()}"}
+    client = Client(server.url, headers=cookie, verbose=False)
+    client.predict(True, "", api_name="/record")
+    recorder = app.state.recorder
+    [path] = list(recorder.directory.iterdir())
+    assert recorder.recording  # subscribed to every step
+    with httpx.stream("GET", f"{server.url}/gradio_api/heartbeat/{client.session_hash}",
+                      headers=cookie, timeout=30) as heartbeat:
+        next(heartbeat.iter_lines())  # the tab is open ... and closes
+    assert wait_until(lambda: not recorder.recording)
+    assert not path.exists()
+    client.close()
+
+
+def test_a_recording_stops_itself_at_its_cap_and_the_file_is_complete(tiny_model_dir, tmp_path):
+    from engine import AsyncLLM, SamplingParams
+    from viz.live.hub import TelemetryHub
+    from viz.traces.recording import Recorder
+    from viz.traces.trace import TraceLimits, load_trace
+
+    llm = AsyncLLM(tiny_model_dir, num_kv_blocks=64)
+    try:
+        llm.wait_ready(120)
+        recorder = Recorder(llm, TelemetryHub(), tmp_path, TraceLimits(max_records=3))
+        path = recorder.start("tab-1", "alice")
+        llm.add_request("a prompt", SamplingParams(max_tokens=8, ignore_eos=True)).collect()
+        assert wait_until(lambda: not recorder.recording)
+        assert recorder.stop("tab-1") == path  # still downloadable
+        trace = load_trace(path)
+        assert len(trace.records) == 3 and trace.header["text"] == "own"
+    finally:
+        llm.shutdown()
+
+
+def visitor(server: BackgroundServer):
+    from gradio_client import Client
+
+    return Client(server.url, headers={"Cookie": f"{COOKIE}={new_visitor_id()}"}, verbose=False)
+
+
+def test_stopping_the_server_deletes_the_recordings_folder(tiny_model_dir):
+    with dashboard(tiny_model_dir) as (server, app, _):
+        client = visitor(server)
+        client.predict(True, "", api_name="/record")
+        folder = app.state.recorder.directory
+        assert list(folder.iterdir())
+        client.close()
+    assert not folder.exists()
+
+
+def test_with_a_presenter_key_record_needs_the_key_and_says_which_is_wrong(tiny_model_dir):
+    with dashboard(tiny_model_dir, "--presenter-key", "s3cret") as (server, app, _):
+        client = visitor(server)
+        missing = client.predict(True, "", api_name="/record")[2]
+        wrong = client.predict(True, "guess", api_name="/record")[2]
+        assert not app.state.recorder.recording
+        assert missing.startswith("Enter the presenter key") and "wrong" in wrong
+        assert client.predict(True, "s3cret", api_name="/record")[0] is True
+        assert app.state.recorder.recording
+        client.close()

@@ -1,0 +1,1 @@
+"""Recorded runs: the trace format, recording, playback and the offline exports."""

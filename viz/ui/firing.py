@@ -1,0 +1,168 @@
+"""Firing: turn a preset (or a typed prompt) into timed requests and submit them.
+
+``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` prepares
+them all at once through the engine's facade (validated and tokenized, under the same prompt
+limit as the API, so a bad prompt fails the click, not a background thread), and hands them
+over from a background thread that keeps the arrival pattern (spacing, or "after the earlier
+ones are decoding", asked of the engine with ``wait_for``), claiming each id for the visitor
+in the hub first. Chat prompts go through ``prepare_chat``: text a visitor types can never
+become the template's special tokens.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from engine import AsyncLLM, SamplingParams
+from engine.prompts import Prepared
+from engine.telemetry import RequestEvent
+
+from ..live.hub import TelemetryHub
+from .presets import Preset, PresetLibrary, RequestSpec
+from .strings import PageError
+
+log = logging.getLogger(__name__)
+AFTER_DECODING_TIMEOUT_S = 60.0
+_request_numbers = itertools.count(1)
+_shot_numbers = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    count: int
+    max_tokens: int
+    temperature: float
+    spacing_ms: float
+
+
+@dataclass(slots=True)
+class PlannedRequest:
+    request_id: str
+    prompt: str | list[int] | list[dict]  # text or token ids, or chat messages
+    label: str  # what the visitor's own text panel shows as the prompt
+    params: SamplingParams
+    delay_s: float  # after the shot starts (ignored when after_decoding)
+    after_decoding: bool = False
+    prepared: Prepared | None = None  # set by ``Firing.fire``
+
+    @property
+    def chat(self) -> bool:
+        return bool(self.prompt) and isinstance(self.prompt[0], dict)
+
+
+def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
+              custom_prompt: str = "") -> list[PlannedRequest]:
+    """The requests of one click. A typed prompt replaces the preset's prompts (sent as a
+    plain chat message, ``count`` times)."""
+    shot = next(_shot_numbers)
+    if custom_prompt.strip():
+        preset = Preset("custom", "", "", "", "", (RequestSpec(prompt=custom_prompt),),
+                        knobs.count, knobs.max_tokens, knobs.temperature, int(knobs.spacing_ms))
+    if preset.fixed:
+        specs, spacing = list(preset.requests), 0.0
+    else:
+        cycle = itertools.cycle(preset.requests)
+        specs, spacing = [next(cycle) for _ in range(knobs.count)], knobs.spacing_ms / 1000
+    planned = []
+    for i, spec in enumerate(specs):
+        rid = f"{spec.label}{next(_request_numbers)}"
+        prompt, label = _prompt(library, preset, spec, tokenizer, f"{rid}, shot {shot}")
+        max_tokens = spec.max_tokens or max(knobs.max_tokens, spec.min_max_tokens or 0)
+        params = SamplingParams(max_tokens=max_tokens, temperature=knobs.temperature,
+                                ignore_eos=preset.ignore_eos)
+        planned.append(PlannedRequest(rid, prompt, label, params, i * spacing, spec.after_decoding))
+    return planned
+
+
+class Firing:
+    """Submits planned shots to one engine and counts the requests still ``pending``: fired
+    from the dashboard but not yet handed to the engine (a staggered arrival, "after the
+    earlier ones are decoding")."""
+
+    def __init__(self, llm: AsyncLLM, hub: TelemetryHub, max_prompt_tokens: int | None = None):
+        """``max_prompt_tokens``: the API's limit (``--api-max-prompt-tokens``), so that both
+        paths refuse the same prompts with the same message."""
+        self.llm = llm
+        self.hub = hub
+        self.max_prompt_tokens = max_prompt_tokens
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def pending(self) -> int:
+        return self._pending
+
+    def fire(self, planned: list[PlannedRequest], owner: str | None) -> list[str]:
+        """Validate every request now (ValueError), then submit them in the background."""
+        llm = self.llm
+        if llm.state != "ready":
+            raise PageError("model_loading") if llm.state == "loading" else \
+                PageError("engine_state", state=llm.state, error=llm.error)
+        prepared = [replace(item, prepared=self._prepare(item)) for item in planned]
+        self._count(len(prepared))
+        thread = threading.Thread(target=self.submit, args=(prepared, owner),
+                                  name="batchscope-fire", daemon=True)
+        thread.start()
+        return [item.request_id for item in planned]
+
+    def submit(self, planned: list[PlannedRequest], owner: str | None) -> None:
+        """Hand each prepared request to the engine at its time (on the shot's thread)."""
+        started = time.monotonic()
+        submitted: list[str] = []
+        for item in planned:
+            if item.after_decoding:
+                self.llm.wait_for(submitted, {"decoding", "finished"}, AFTER_DECODING_TIMEOUT_S)
+            elif (wait := started + item.delay_s - time.monotonic()) > 0:
+                time.sleep(wait)
+            if self._hand_over(item, owner):
+                submitted.append(item.request_id)
+
+    def _hand_over(self, item: PlannedRequest, owner: str | None) -> bool:
+        self.hub.claim(item.request_id, owner, item.label)
+        try:
+            self.llm.add_request(item.prepared, request_id=item.request_id)
+        except Exception as exc:  # e.g. the engine stopped: finish the claimed entry
+            log.exception("could not submit %s", item.request_id)
+            self.hub.publish_event(RequestEvent(
+                "delta", item.request_id, time.time(), finished=True, finish_reason="error",
+                error=str(exc)).to_dict())
+            return False
+        finally:
+            self._count(-1)
+        return True
+
+    def _prepare(self, item: PlannedRequest) -> Prepared:
+        """Validated and tokenized as the API would (ValueError, with the API's message)."""
+        prepare = self.llm.prepare_chat if item.chat else self.llm.prepare
+        return prepare(item.prompt, item.params, max_prompt_tokens=self.max_prompt_tokens)
+
+    def _count(self, change: int) -> None:
+        with self._lock:
+            self._pending += change
+
+
+
+
+def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer,
+            nonce: str) -> tuple[str | list[int] | list[dict], str]:
+    if spec.tokens is not None:
+        return _exact_tokens(library.texts[spec.text], spec.tokens, tokenizer, nonce), (
+            f"{spec.tokens}-token prompt")
+    if not preset.chat or tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return spec.prompt, spec.prompt
+    messages = [{"role": "system", "content": preset.system}] if preset.system else []
+    messages.append({"role": "user", "content": spec.prompt})
+    return messages, spec.prompt
+
+
+def _exact_tokens(text: str, num_tokens: int, tokenizer, nonce: str) -> list[int]:
+    """``num_tokens`` token ids of ``text``, led by a nonce so no prefix-cache hit shortens
+    the prefill a preset means to show."""
+    if tokenizer is None:
+        raise PageError("needs_tokenizer")
+    ids = tokenizer.encode(f"[{nonce}] {text}")
+    while len(ids) < num_tokens:  # continuations: no second BOS in the middle
+        ids += tokenizer.encode(" " + text, add_special_tokens=False)
+    return ids[:num_tokens]

@@ -1,0 +1,150 @@
+"""What the dashboard's Gradio controls do: one method per control, wired by page.py.
+
+Handlers know the visitor by the ``bs_visitor`` cookie (viz/live/identity.py) in ``gr.Request``, the
+same identity the telemetry stream uses, and the browser tab by its Gradio session (a tab's
+recording ends with the tab). Presenter controls check the key first and say whether it is
+missing or wrong. Every text they return comes from the strings table, in both languages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import gradio as gr
+
+from ..live.identity import VisitorIdentity
+from ..traces.recording import Recorder
+from .firing import Firing, Knobs, plan_shot
+from .presenter import ALLOWED, MISSING, WRONG, PresenterAccess
+from .presets import PresetLibrary
+from .strings import PAGE, PageError, Strings
+
+if TYPE_CHECKING:
+    from engine import AsyncLLM
+
+KEY_MESSAGES = {MISSING: "key_needed", WRONG: "key_wrong"}
+
+
+@dataclass
+class DashboardHandlers:
+    llm: AsyncLLM
+    firing: Firing
+    library: PresetLibrary
+    identity: VisitorIdentity
+    recorder: Recorder
+    access: PresenterAccess
+    strings: Strings = PAGE
+
+    # ---- firing ----------------------------------------------------------------------------
+    def preset(self, preset_id: str) -> tuple:
+        chosen = self.library.presets[preset_id]
+        return (chosen.description, chosen.count, chosen.max_tokens, chosen.temperature,
+                chosen.spacing_ms)
+
+    def fire(self, preset_id: str, text: str, count: float, max_tokens: float,
+             temperature: float, spacing_ms: float, request: gr.Request) -> str:
+        knobs = Knobs(int(count), int(max_tokens), float(temperature), float(spacing_ms))
+        try:
+            planned = plan_shot(self.library, self.library.presets[preset_id], knobs,
+                                self.llm.tokenizer, text or "")
+            ids = self.firing.fire(planned, self.owner(request))
+        except (ValueError, RuntimeError, PageError) as exc:
+            gr.Warning(self.strings.both("not_fired", reason=exc))
+            return self.strings.both("not_fired", reason=exc)
+        return self.strings.both("fired", count=len(ids), ids=", ".join(ids))
+
+    # ---- presenter -------------------------------------------------------------------------
+    def pause(self, key: str) -> str:
+        return self._presenting(key, self.llm.pause)
+
+    def step(self, key: str) -> str:
+        def step_one() -> None:
+            if not self.llm.paused:
+                self.llm.pause()
+            self.llm.step_once()
+        return self._presenting(key, step_one)
+
+    def resume(self, key: str) -> str:
+        return self._presenting(key, self.llm.resume)
+
+    def slow(self, ms: float, key: str) -> str:
+        def slow_down() -> str:
+            self.llm.set_min_step_interval(float(ms) / 1000)
+            return self.strings.both("slow_motion_on", ms=int(ms)) if ms else \
+                self.strings.both("full_speed")
+        return self._keyed(key, slow_down)
+
+    def apply(self, policy: str, budget: float, chunked: bool, key: str) -> str:
+        return self._keyed(key, lambda: self._reconfigure(policy, int(budget or 0), chunked))
+
+    def _reconfigure(self, policy: str, budget: int, chunked: bool) -> str:
+        try:
+            self.llm.reconfigure(policy=policy, max_num_batched_tokens=budget,
+                                 enable_chunked_prefill=bool(chunked))
+        except ValueError as exc:
+            gr.Warning(self.strings.both("not_applied", reason=exc))
+            return self.strings.both("not_applied", reason=exc)
+        on_off = self.strings.both("on" if chunked else "off")
+        return self.strings.both("applied", policy=policy, chunked=on_off,
+                                 budget=effective_budget(self.llm, budget, bool(chunked)))
+
+    # ---- recording -------------------------------------------------------------------------
+    def record(self, on: bool, key: str, request: gr.Request) -> tuple:
+        """The Record toggle: start this tab's recording, or stop it and offer the file."""
+        refused = self._refusal(key)
+        if refused is not None:
+            return False, gr.DownloadButton(interactive=False), refused
+        tab = request.session_hash
+        if not on:
+            return self._stopped(self.recorder.stop(tab))
+        if self.llm.state != "ready":
+            message = self.strings.both("not_recording", reason=PageError("model_loading"))
+            gr.Warning(message)
+            return False, gr.DownloadButton(interactive=False), message
+        self.recorder.start(tab, self.owner(request))
+        return (True, gr.DownloadButton(value=None, interactive=False),
+                self.strings.both("recording", steps=self.recorder.limits.max_records))
+
+    def _stopped(self, path) -> tuple:
+        if path is None:
+            return False, gr.DownloadButton(interactive=False), ""
+        return (False, gr.DownloadButton(value=str(path), interactive=True),
+                self.strings.both("recorded", name=path.name))
+
+    def tab_closed(self, request: gr.Request) -> None:
+        """The tab is gone (Gradio's unload): its recording ends and its files go."""
+        self.recorder.discard(request.session_hash)
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def owner(self, request: gr.Request | None) -> str | None:
+        return self.identity.owner(request.cookies) if request is not None else None
+
+    def _presenting(self, key: str, control) -> str:
+        def run() -> str:
+            control()
+            return self.strings.both("paused" if self.llm.paused else "running")
+        return self._keyed(key, run)
+
+    def _keyed(self, key: str, control) -> str:
+        """``control()``'s status text, or why the key refuses it (also as a warning)."""
+        refused = self._refusal(key)
+        return refused if refused is not None else control()
+
+    def _refusal(self, key: str) -> str | None:
+        verdict = self.access.verdict(key)
+        if verdict == ALLOWED:
+            return None
+        message = self.strings.both(KEY_MESSAGES.get(verdict, "key_needed"))
+        gr.Warning(message)
+        return message
+
+
+def effective_budget(llm: AsyncLLM, budget: int, chunked: bool) -> int:
+    """The budget the engine will run with: without chunked prefill it raises it so a whole
+    prompt fits one step (the engine's own rule, applied to a copy of its config)."""
+    if llm.model_info is None:  # max_model_len is known once the model is loaded
+        return budget
+    config = replace(llm.config, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
+                     max_model_len=llm.model_info.max_model_len)
+    config.ensure_whole_prompts_fit()
+    return config.max_num_batched_tokens

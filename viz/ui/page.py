@@ -1,0 +1,220 @@
+"""The Gradio page: firing controls, presenter controls, and the containers the browser
+client fills (assets/): the plots and text panels are drawn in the browser from the
+telemetry stream, Gradio only carries the clicks (handlers.py). A replayed trace gets the
+same page with the replay bar as its controls. Every label comes from the strings table.
+This module imports the engine only inside ``build_ui``: a replay runs without torch.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import gradio as gr
+
+from ..sources.replay_channels import ReplayChannels
+from ..traces.player import SPEEDS
+from .captions import VIEWS
+from .strings import PAGE
+
+if TYPE_CHECKING:  # the handlers import the engine; a replay's page runs without it
+    from .handlers import DashboardHandlers
+
+FIRE_CONCURRENCY = 16  # several visitors may fire at once
+CACHE_CLEANUP = (3600, 3600)  # Gradio deletes its copies of downloads older than an hour
+# Icons: plain glyphs the fonts of `make browser` (fonts-wqy-microhei) have.
+PAUSE, STEP, PLAY, RECORD = "‖", "⇥", "▶", "●"
+
+
+@dataclass
+class FiringControls:
+    preset: gr.Dropdown
+    about: gr.Markdown
+    prompt: gr.Textbox
+    count: gr.Slider
+    max_tokens: gr.Slider
+    temperature: gr.Slider
+    spacing: gr.Slider
+    fire: gr.Button
+    status: gr.Markdown
+
+    def knobs(self) -> list:
+        return [self.count, self.max_tokens, self.temperature, self.spacing]
+
+
+@dataclass
+class PresenterControls:
+    key: gr.Textbox
+    pause: gr.Button
+    step: gr.Button
+    resume: gr.Button
+    slow: gr.Slider
+    policy: gr.Radio
+    budget: gr.Number
+    chunked: gr.Checkbox
+    apply: gr.Button
+    record: gr.Checkbox
+    download: gr.DownloadButton
+    status: gr.Markdown
+
+
+def build_ui(handlers: DashboardHandlers) -> gr.Blocks:
+    with gr.Blocks(title=PAGE.en("title"), delete_cache=CACHE_CLEANUP) as demo:
+        gr.HTML(_header_html(), elem_id="bs-header-wrap")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
+                firing = _firing_controls(handlers.library)
+                presenter = _presenter_controls(handlers)
+            _view_columns()
+        _wire(demo, handlers, firing, presenter)
+    return demo
+
+
+def _wire(demo: gr.Blocks, handlers: DashboardHandlers, firing: FiringControls,
+          presenter: PresenterControls) -> None:
+    """Every listener of the page, in one place."""
+    key, status = presenter.key, presenter.status
+    firing.preset.change(handlers.preset, firing.preset, [firing.about, *firing.knobs()])
+    firing.fire.click(handlers.fire, [firing.preset, firing.prompt, *firing.knobs()],
+                      firing.status, concurrency_limit=FIRE_CONCURRENCY, api_name="fire")
+    presenter.pause.click(handlers.pause, key, status, api_name="pause")
+    presenter.step.click(handlers.step, key, status, api_name="step")
+    presenter.resume.click(handlers.resume, key, status, api_name="resume")
+    presenter.slow.release(handlers.slow, [presenter.slow, key], status, api_name="slow")
+    presenter.apply.click(handlers.apply, [presenter.policy, presenter.budget, presenter.chunked,
+                                           key], status, api_name="apply")
+    presenter.record.input(handlers.record, [presenter.record, key],
+                           [presenter.record, presenter.download, status], api_name="record")
+    demo.unload(handlers.tab_closed)
+
+
+def _firing_controls(library) -> FiringControls:
+    preset = library.default
+    return FiringControls(
+        preset=gr.Dropdown(library.choices(), value=preset.id, label=PAGE.both("workload")),
+        about=gr.Markdown(preset.description, elem_id="bs-about"),
+        prompt=gr.Textbox(label=PAGE.both("own_prompt"), lines=2, max_lines=6,
+                          placeholder=PAGE.both("own_prompt_placeholder"), elem_id="bs-prompt"),
+        count=gr.Slider(1, 16, value=preset.count, step=1, label=PAGE.both("requests")),
+        max_tokens=gr.Slider(1, 256, value=preset.max_tokens, step=1,
+                             label=PAGE.both("max_tokens")),
+        temperature=gr.Slider(0, 1.5, value=preset.temperature, step=0.05,
+                              label=PAGE.both("temperature")),
+        spacing=gr.Slider(0, 2000, value=preset.spacing_ms, step=50, label=PAGE.both("spacing")),
+        fire=gr.Button(PAGE.both("fire"), variant="primary", elem_id="bs-fire"),
+        status=gr.Markdown(elem_id="bs-fire-status"),
+    )
+
+
+def _presenter_controls(handlers: DashboardHandlers) -> PresenterControls:
+    from engine.config import POLICIES
+
+    access, config = handlers.access, handlers.llm.config
+    with gr.Accordion(PAGE.both("presenter"), open=True, visible=not access.hidden):
+        key = gr.Textbox(type="password", visible=access.key is not None,
+                         label=PAGE.both("presenter_key"), elem_id="bs-key")
+        with gr.Row():
+            pause = gr.Button(f"{PAUSE} {PAGE.both('pause')}", size="sm", elem_id="bs-pause")
+            step = gr.Button(f"{STEP} {PAGE.both('step')}", size="sm", elem_id="bs-step")
+            resume = gr.Button(f"{PLAY} {PAGE.both('resume')}", size="sm", elem_id="bs-resume")
+        slow = gr.Slider(0, 2000, value=0, step=50, elem_id="bs-slow",
+                         label=PAGE.both("slow_motion"))
+        policy = gr.Radio(list(POLICIES), value=config.policy, label=PAGE.both("policy"))
+        budget = gr.Number(value=config.max_num_batched_tokens, precision=0, minimum=1,
+                           label=PAGE.both("token_budget"))
+        chunked = gr.Checkbox(value=config.enable_chunked_prefill,
+                              label=PAGE.both("chunked_prefill"))
+        apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply")
+        with gr.Row():
+            record = gr.Checkbox(False, label=f"{RECORD} {PAGE.both('record')}",
+                                 elem_id="bs-record")
+            download = gr.DownloadButton(PAGE.both("download_trace"), size="sm",
+                                         interactive=False, elem_id="bs-download")
+        status = gr.Markdown(elem_id="bs-presenter-status")
+    return PresenterControls(key, pause, step, resume, slow, policy, budget, chunked, apply,
+                             record, download, status)
+
+
+def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
+    """The same page for a replayed trace: the replay bar replaces firing and presenter."""
+    with gr.Blocks(title=f"{PAGE.en('title')} · {PAGE.both('replay')}: {channels.name}") as demo:
+        gr.HTML(_header_html(), elem_id="bs-header-wrap")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
+                gr.HTML(_replay_bar_html(), elem_id="bs-replay-wrap")
+                gr.Markdown(_trace_about(channels), elem_id="bs-about")
+            _view_columns()
+    return demo
+
+
+def _view_columns() -> None:
+    with gr.Column(scale=4, min_width=640):
+        gr.HTML(_views_html(), elem_id="bs-views-wrap")
+    with gr.Column(scale=2, min_width=300):
+        gr.HTML(_texts_html(), elem_id="bs-texts-wrap")
+
+
+def _replay_bar_html() -> str:
+    speeds = "".join(f'<option value="{s:g}"{" selected" if s == 1 else ""}>{s:g}×</option>'
+                     for s in SPEEDS)
+    play, step, speed = (html.escape(PAGE.both(k)) for k in ("play", "step", "speed"))
+    return (
+        '<div id="bs-replay"><div class="bs-replay-buttons">'
+        f'<button id="bs-replay-play" type="button">{PLAY} {play}</button>'
+        f'<button id="bs-replay-step" type="button">{STEP} {step}</button>'
+        f'<select id="bs-replay-speed" title="{speed}">{speeds}</select></div>'
+        '<input id="bs-replay-scrubber" type="range" min="0" max="0" value="0" step="1">'
+        '<div id="bs-replay-position" class="bs-caption">–</div></div>'
+    )
+
+
+def _trace_about(channels: ReplayChannels) -> str:
+    """The replay's description, each line in both languages (Markdown)."""
+    header = channels.trace.header
+    engine, hardware = header["engine"], header["hardware"]
+    on_off = {True: PAGE.en("on"), False: PAGE.en("off")}
+    device = hardware.get("gpu") or PAGE.en("cores", device=hardware["device"],
+                                            cores=hardware["cpu_count"])
+    lines = [
+        PAGE.both("replay_about", trace=f"`{channels.name}`", model=header["model"]["name"],
+                  device=device, iterations=channels.num_iterations),
+        PAGE.both("replay_config", policy=engine["policy"],
+                  budget=engine["max_num_batched_tokens"],
+                  chunked=on_off[engine["enable_chunked_prefill"]],
+                  caching=on_off[engine["enable_prefix_caching"]],
+                  blocks=engine["num_kv_blocks"], block_size=engine["block_size"]),
+    ]
+    if channels.trace.lost_steps:
+        lines.append(PAGE.both("replay_gaps",
+                               steps=", ".join(map(str, channels.trace.lost_steps))))
+    return "\n\n".join([*lines, PAGE.both("replay_keys")])
+
+
+def _header_html() -> str:
+    return (
+        f'<div id="bs-header"><span class="bs-brand">{html.escape(PAGE.en("title"))}</span>'
+        f'<span class="bs-tagline">{html.escape(PAGE.both("tagline"))}</span>'
+        f'<span id="bs-status" class="bs-status">{html.escape(PAGE.both("connecting"))}</span>'
+        '</div><div id="bs-banner" class="bs-banner" hidden><div class="bs-banner-text"></div>'
+        '<div class="bs-progress"><div class="bs-progress-bar"></div></div></div>'
+    )
+
+
+def _views_html() -> str:
+    cards = [
+        f'<figure class="bs-card"><figcaption><b>{html.escape(view.title)}</b> · '
+        f'{html.escape(view.title_zh)}<span class="bs-caption">{html.escape(view.caption)}'
+        f'</span><span class="bs-caption bs-zh">{html.escape(view.caption_zh)}</span>'
+        f'</figcaption><div id="{view.elem_id}" class="bs-plot"></div></figure>'
+        for view in VIEWS]
+    return f'<div id="bs-views" class="bs-grid">{"".join(cards)}</div>'
+
+
+def _texts_html() -> str:
+    return (
+        f'<div class="bs-texts-head"><b>{html.escape(PAGE.en("texts_title"))}</b> · '
+        f'{html.escape(PAGE.zh("texts_title"))}'
+        f'<span class="bs-caption">{html.escape(PAGE.en("texts_caption"))}</span>'
+        f'<span class="bs-caption bs-zh">{html.escape(PAGE.zh("texts_caption"))}</span>'
+        '</div><div id="bs-texts"></div>'
+    )

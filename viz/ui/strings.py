@@ -1,0 +1,60 @@
+"""The page's strings in English and Chinese, from assets/strings.json (section "page").
+
+One table holds every string a viewer reads: the Gradio labels and messages come from its
+"page" section through this module; the browser fetches the whole file from
+``/batchscope/strings.json`` ("views" is the section the views draw). A text is shown in
+both languages, "English · 中文", unless one is asked for; ``{name}`` fields are filled in.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..paths import ASSETS
+
+STRINGS_PATH = ASSETS / "strings.json"
+LANGUAGES = ("en", "zh")
+JOINT = " · "
+
+
+class PageError(Exception):
+    """An error a visitor reads, named by its key in the table (shown in their language)."""
+
+    def __init__(self, key: str, **fields):
+        super().__init__(PAGE.en(key, **fields))
+        self.key, self.fields = key, fields
+
+
+@dataclass(frozen=True, slots=True)
+class Strings:
+    table: dict[str, dict[str, str]]
+
+    def text(self, key: str, language: str, **fields) -> str:
+        """The text of ``key``; a field that is a ``PageError`` is said in the same language."""
+        fields = {name: self.text(value.key, language, **value.fields)
+                  if isinstance(value, PageError) else value for name, value in fields.items()}
+        return self.table[key][language].format(**fields)
+
+    def en(self, key: str, **fields) -> str:
+        return self.text(key, "en", **fields)
+
+    def zh(self, key: str, **fields) -> str:
+        return self.text(key, "zh", **fields)
+
+    def both(self, key: str, **fields) -> str:
+        """"English · 中文" (one text when both languages say the same)."""
+        en, zh = self.en(key, **fields), self.zh(key, **fields)
+        return en if en == zh else en + JOINT + zh
+
+
+def load_strings(path: Path = STRINGS_PATH) -> Strings:
+    page = json.loads(Path(path).read_text(encoding="utf-8"))["page"]
+    for key, texts in page.items():
+        missing = [lang for lang in LANGUAGES if not texts.get(lang)]
+        if missing:
+            raise ValueError(f"strings.json: page.{key} lacks {missing}")
+    return Strings(page)
+
+
+PAGE = load_strings()
