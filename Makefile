@@ -21,6 +21,7 @@ run: install
 
 test: install
 	$(PY) -m pytest -q tests
+	node --test tests/js/
 
 bench: install
 	$(PY) -m benchmarks $(ARGS)

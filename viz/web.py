@@ -3,8 +3,8 @@
 - ``/ws/telemetry?owner=TOKEN``: the viewer stream (message format: hub.py); a token that owns
   no request is served the anonymous viewers' frames.
 - ``/plotly.min.js``: plotly.js from the installed plotly wheel (never a CDN).
-- ``/batchscope/dashboard.js``, ``/batchscope/dashboard.css``: the page's client
-  (``replay.js`` too, in replay mode).
+- ``/batchscope/js/*.js`` (ES modules, entry ``js/main.js``), ``/batchscope/dashboard.css``,
+  ``/batchscope/strings.json``: the page's client.
 - ``POST /replay/{play,pause,step,seek,speed}?value=``: the replay bar's controls (replay mode).
 """
 from __future__ import annotations
@@ -23,14 +23,15 @@ from .replay import ReplayPlayer
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
-CLIENT_FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css",
-                "replay.js": "text/javascript"}
+CLIENT_FILES = {"dashboard.css": "text/css", "strings.json": "application/json",
+                **{p.relative_to(ASSETS).as_posix(): "text/javascript"
+                   for p in (ASSETS / "js").rglob("*.js")}}
 HEAD = (
     '<script src="/plotly.min.js"></script>\n'
     '<link rel="stylesheet" href="/batchscope/dashboard.css">\n'
-    '<script src="/batchscope/dashboard.js"></script>\n'
+    '<script type="module" src="/batchscope/js/main.js"></script>\n'
 )
-REPLAY_HEAD = HEAD + '<script src="/batchscope/replay.js"></script>\n'
+REPLAY_HEAD = HEAD
 REPLAY_ACTIONS = ("play", "pause", "step", "seek", "speed")
 
 
@@ -40,7 +41,7 @@ def install_routes(app: FastAPI, hub: TelemetryHub) -> None:
         return FileResponse(PLOTLY_JS, media_type="text/javascript",
                             headers={"Cache-Control": "public, max-age=86400"})
 
-    @app.get("/batchscope/{name}", include_in_schema=False)
+    @app.get("/batchscope/{name:path}", include_in_schema=False)
     def client_file(name: str) -> FileResponse:
         if name not in CLIENT_FILES:
             raise HTTPException(404)

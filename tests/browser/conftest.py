@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from support.server import free_port
+
 from viz.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,74 +1,30 @@
 """The dashboard in headless Chromium: Fire fills all four views and the text panels, and an
 HTML prompt stays text. Screenshots go to out/screenshots/ (or $BATCHSCOPE_SCREENSHOTS)."""
-import os
 import re
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
+from chromium import SHOTS, chromium, debug, needs_chromium, wait_for
+from support.server import BackgroundServer
 
 import app as dashboard
 from viz.captions import VIEWS
-from support.server import BackgroundServer
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-SHOTS = Path(os.environ.get("BATCHSCOPE_SCREENSHOTS",
-                            Path(__file__).resolve().parent.parent / "out" / "screenshots"))
 XSS = "<img src=x onerror=alert(1)>"
-
-pytestmark = pytest.mark.skipif(
-    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-    reason="headless Chromium and chromedriver are not installed (make browser)",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def page(tiny_model_dir):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     args = dashboard.build_parser().parse_args(
         ["--model", tiny_model_dir, "--num-kv-blocks", "256"])
     app, llm, _ = dashboard.create_app(args)
-    profile = tempfile.mkdtemp(prefix="batchscope-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-                "--window-size=1920,1080"):
-        options.add_argument(arg)
-    with BackgroundServer(app) as server:
+    with BackgroundServer(app) as server, chromium(1920, 1080) as driver:
         llm.wait_ready(120)
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-        driver.set_page_load_timeout(60)
-        try:
-            driver.get(server.url + "/")
-            wait_for(driver, lambda: (state := debug(driver)) and state["owner"]
-                     and (state["status"] or {}).get("state") == "ready", 60, "the page to connect")
-            yield driver
-        finally:
-            driver.quit()
-            shutil.rmtree(profile, ignore_errors=True)
-
-
-def debug(driver) -> dict | None:
-    return driver.execute_script("return window.batchscope ? window.batchscope.debug() : null")
-
-
-def wait_for(driver, condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.3)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SHOTS / "timeout.png"))
-    what = what() if callable(what) else what
-    raise AssertionError(f"timed out waiting for {what}; state: {debug(driver)}")
+        driver.get(server.url + "/")
+        wait_for(driver, lambda: (state := debug(driver)) and state["viewer"]
+                 and (state["status"] or {}).get("state") == "ready", "the page to connect")
+        yield driver
 
 
 def fire(driver) -> list[str]:
@@ -87,7 +43,7 @@ def fire(driver) -> list[str]:
         return ids if well_formed and not known & set(ids) else None
 
     driver.find_element(By.ID, "bs-fire").click()
-    return wait_for(driver, fired, 30, "the fire status")
+    return wait_for(driver, fired, "the fire status", 30)
 
 
 def panel(driver, rid: str, part: str) -> str:
@@ -102,7 +58,7 @@ def test_fire_fills_the_four_views_and_the_text_panels(page):
     assert ids and all(ids)
     state = wait_for(page, lambda: (s := debug(page)) and all(
         set(ids) <= set(s["seen"][view]) for view in ("layout", "blocks", "attention", "timing"))
-        and all(s["texts"].get(rid) for rid in ids) and s, 120, "the fired requests in every view")
+        and all(s["texts"].get(rid) for rid in ids) and s, "the fired requests in every view", 120)
     for view in VIEWS:
         traces = page.execute_script(
             "const d = document.getElementById(arguments[0]); return d && d.data ? d.data.length : 0;",
@@ -124,7 +80,7 @@ def test_an_html_prompt_is_shown_as_text_and_runs_nothing(page):
     box.clear()
     box.send_keys(XSS)
     ids = fire(page)
-    wait_for(page, lambda: all(panel(page, rid, ".bs-req-prompt") == XSS for rid in ids), 60,
+    wait_for(page, lambda: all(panel(page, rid, ".bs-req-prompt") == XSS for rid in ids),
              lambda: f"the typed prompt in the panels of {ids}; they show "
                      f"{ {rid: panel(page, rid, '.bs-req-prompt') for rid in ids} }")
     time.sleep(1.0)  # give an injected onerror handler time to fire, if there were one

@@ -3,25 +3,20 @@ headless Chromium, stepped and scrubbed; the exported HTML report drawn offline.
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, wait_for
 
 from viz.captions import VIEWS
 from viz.export import summarize, to_html_report
-from support.server import free_port
 from viz.trace import load_trace
 
-ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def test_replay_process_runs_without_torch(replay_server):
@@ -43,36 +38,11 @@ def test_a_truncated_trace_stops_replay_with_the_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+def browser():
+    if not HAVE_CHROMIUM:
         pytest.skip("headless Chromium and chromedriver are not installed (make browser)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1600,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
-
-
-def wait_for(driver, condition, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; state: {debug(driver)}")
-
-
-def debug(driver) -> dict | None:
-    return driver.execute_script("return window.batchscope ? window.batchscope.debug() : null")
+    with chromium(1600, 1000) as driver:
+        yield driver
 
 
 def shown_step(driver) -> int | None:
@@ -149,17 +119,17 @@ def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):
 
 
 def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model_dir):
-    import app as dashboard
     from selenium.webdriver.common.by import By
-
     from support.server import BackgroundServer
+
+    import app as dashboard
 
     args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "256"])
     app, llm, _ = dashboard.create_app(args)
     with BackgroundServer(app) as server:
         llm.wait_ready(120)
         browser.get(server.url + "/")
-        wait_for(browser, lambda: (s := debug(browser)) and s["owner"] and s["connected"], "the page")
+        wait_for(browser, lambda: (s := debug(browser)) and s["viewer"] and s["connected"], "the page")
         status = browser.find_element(By.ID, "bs-presenter-status")
         toggle = browser.find_element(By.CSS_SELECTOR, "#bs-record input[type=checkbox]")
         download = browser.find_element(By.ID, "bs-download")

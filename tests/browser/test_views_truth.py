@@ -3,7 +3,6 @@ from the pixel boxes of the rendered SVG, step by step through a replayed trace.
 from __future__ import annotations
 
 import pytest
-
 from chromium import chromium, debug, drawn, needs_chromium, wait_for
 
 pytestmark = needs_chromium
@@ -62,8 +61,8 @@ def pixel(axis: dict, value: float) -> float:
 def test_token_layout_rows_span_num_rows_on_the_budget_axis(replay_page, trace):
     for i in range(STEPS):
         record = show_iteration(replay_page, trace, i)
-        figure, axes = wait_for(replay_page, lambda: rows_drawn(replay_page, record),
-                                   f"the rows of step {record['step']} drawn")
+        figure, axes = wait_for(replay_page, lambda r=record: rows_drawn(replay_page, r),
+                                f"the rows of step {record['step']} drawn")
         budget = record["token_budget"]
         on_budget = [a for a in axes if figure["axes"][a]["range"] == [0, budget]]
         assert on_budget, (f"step {record['step']}: {record['num_rows']} rows of {budget} are drawn "
