@@ -33,11 +33,12 @@ function badge(entry, t) {
 
 function metrics(entry, t) {
   const parts = [];
-  if (entry.first_token && entry.arrival) parts.push(t("card.ttft", { time: duration(entry.first_token - entry.arrival) }));
+  if (entry.first_token && entry.arrival) parts.push(`${t.short("card.ttft")} ${duration(entry.first_token - entry.arrival)}`);
   if (entry.num_output_tokens > 1 && entry.last_token > entry.first_token) {
-    parts.push(t("card.itl", { time: duration((entry.last_token - entry.first_token) / (entry.num_output_tokens - 1)) }));
+    const itl = (entry.last_token - entry.first_token) / (entry.num_output_tokens - 1);
+    parts.push(`${t.short("card.itl")} ${duration(itl)}`);
   }
-  parts.push(t("card.tokens", { prompt: entry.num_prompt_tokens || 0, output: entry.num_output_tokens || 0 }));
+  parts.push(`${entry.num_prompt_tokens || 0} → ${entry.num_output_tokens || 0} ${t.short("card.tokens")}`);
   return parts.join(" · ");
 }
 

@@ -10,29 +10,32 @@ export function counts(status, record) {
 
 // The status line as parts: [{part, text, data?}].
 export function statusParts(status, record, t, link) {
-  if (link === "reconnecting") return [{ part: "link", text: t("status.reconnecting") }];
-  if (!status) return [{ part: "link", text: t("status.connecting") }];
+  if (link === "reconnecting") return [{ part: "link", text: t.short("status.reconnecting") }];
+  if (!status) return [{ part: "link", text: t.short("status.connecting") }];
   const parts = [{ part: "source", text: sourceText(status, t) }, { part: "model", text: status.model || "" }];
   if (record) {
-    parts.push({ part: "step", text: t("status.step", { step: record.step }) },
-      { part: "policy", text: t(`policy.${record.policy}`) },
-      { part: "budget", text: t("status.budget", { budget: record.token_budget }) },
-      { part: "chunked", text: t(record.chunked_prefill ? "status.chunked_on" : "status.chunked_off") });
+    parts.push({ part: "step", text: t.short("status.step", { step: record.step }) },
+      { part: "policy", text: t.short(`policy.${record.policy}`) },
+      { part: "budget", text: t.short("status.budget", { budget: record.token_budget }) },
+      { part: "chunked", text: t.short(record.chunked_prefill ? "status.chunked_on" : "status.chunked_off") });
   }
   const c = counts(status, record);
-  if (c) parts.push({ part: "counts", data: c, text: t("status.counts", c) });
-  if (status.paused && status.source !== "replay") parts.push({ part: "paused", text: t("status.paused") });
-  if (status.shared_view) parts.push({ part: "shared", text: t("status.shared_view") });
-  if (status.viewers != null) {
-    parts.push({ part: "viewers", text: t(status.viewers === 1 ? "status.viewer" : "status.viewers", { n: status.viewers }) });
+  if (c) {
+    const text = ["pending", "waiting", "running"].map((k) => `${c[k] ?? 0} ${t.short(`status.${k}`)}`).join(" · ");
+    parts.push({ part: "counts", data: c, text });
   }
-  if (link === "sse") parts.push({ part: "link", text: t("status.sse") });
+  if (status.paused && status.source !== "replay") parts.push({ part: "paused", text: t.short("status.paused") });
+  if (status.shared_view) parts.push({ part: "shared", text: t.short("status.shared_view") });
+  if (status.viewers != null) {
+    parts.push({ part: "viewers", text: t.short(status.viewers === 1 ? "status.viewer" : "status.viewers", { n: status.viewers }) });
+  }
+  if (link === "sse") parts.push({ part: "link", text: t.short("status.sse") });
   return parts.filter((p) => p.text);
 }
 
 function sourceText(status, t) {
   const key = `status.source_${status.source}`;
-  return t.has(key) ? t(key) : t("status.source", { source: status.source });
+  return `● ${t.has(key) ? t.short(key) : status.source}`;
 }
 
 // The banner: hidden, or a loading / failed / dead message.

@@ -94,7 +94,7 @@ function addLanguageSwitch() {
     button.addEventListener("click", () => setLanguage(lang));
     group.appendChild(button);
   }
-  header.appendChild(group);
+  header.insertBefore(group, document.getElementById("bs-status"));
   return true;
 }
 

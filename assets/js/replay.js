@@ -23,9 +23,10 @@ export function startReplayBar(doc, { viewer, t, fetchImpl = fetch }) {
     if (response.ok) show(await response.json());
   }
 
-  function label(button, name, text) {
+  function label(button, name, key) {
     const span = doc.createElement("span");
-    span.textContent = ` ${text}`;
+    span.className = "bs-button-label";
+    span.textContent = t().parts(key).join("\n");  // "both": one language per line
     button.replaceChildren(icon(name), span);
   }
 
@@ -37,9 +38,9 @@ export function startReplayBar(doc, { viewer, t, fetchImpl = fetch }) {
     if (!dragging) scrubber.value = Math.max(r.iteration, 0);
     el("bs-replay-position").textContent = replayPosition(r, t());
     const play = el("bs-replay-play");
-    label(play, r.playing ? "pause" : "play", t()(r.playing ? "replay.pause" : "replay.play"));
+    label(play, r.playing ? "pause" : "play", r.playing ? "replay.pause" : "replay.play");
     play.dataset.playing = r.playing ? "1" : "";
-    label(el("bs-replay-step"), "step", t()("replay.step"));
+    label(el("bs-replay-step"), "step", "replay.step");
     const speed = el("bs-replay-speed");
     if (speed && doc.activeElement !== speed) speed.value = String(r.speed);
   }

@@ -8,7 +8,7 @@ const STORAGE_KEY = "batchscope.lang";
 // t(key, vars) for ``lang``: the entry's template with {name} filled from ``vars``. An unknown
 // key is shown as itself, so a missing string is visible rather than blank.
 // t.parts(key, vars) gives the shown languages apart ([en, zh] for "both"), for texts that may
-// wrap between them.
+// wrap between them; t.short(key, vars) joins them with "/" (a word or two: "waiting/..." for the counts).
 export function translator(table, lang = "both") {
   const parts = (key, vars = {}) => {
     const entry = table[key];
@@ -20,6 +20,7 @@ export function translator(table, lang = "both") {
   };
   const t = (key, vars) => parts(key, vars).join(" · ");
   t.parts = parts;
+  t.short = (key, vars) => parts(key, vars).join("/");
   t.has = (key) => Object.prototype.hasOwnProperty.call(table, key);
   t.lang = lang;
   return t;

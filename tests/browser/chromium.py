@@ -39,11 +39,19 @@ def chromium(width: int = 1366, height: int = 768):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
+    viewport(driver, width, height)
     try:
         yield driver
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def viewport(driver, width: int, height: int) -> None:
+    """Make the page's viewport exactly ``width`` x ``height`` (a headless window's size
+    includes the browser's own frame)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
 
 def debug(driver) -> dict | None:

@@ -71,3 +71,25 @@ function drawnFigure(id) {
     annotations: annotations(gd), ticks: tickLabels(gd), titles: axisTitles(gd),
     layoutMeta: gd._fullLayout.meta === undefined ? null : gd._fullLayout.meta };
 }
+
+// Every text Plotly drew in a figure that a viewer reads as a label: annotations, tick labels,
+// axis titles and legend entries, with their boxes (for overlap and clipping checks).
+function drawnTexts(id) {
+  const gd = figureOf(id);
+  if (!gd) return null;
+  const pick = (selector, kind) => [...gd.querySelectorAll(selector)]
+    .filter((el) => el.textContent.trim() && el.getBoundingClientRect().width > 0)
+    .map((el) => ({ kind, text: el.textContent, box: box(el) }));
+  return { svg: box(gd.querySelector(".main-svg")), texts: [
+    ...pick(".annotation-text-g", "annotation"), ...pick(".xtick text, .ytick text", "tick"),
+    ...pick(".g-xtitle text, .g-x2title text, .g-x3title text, .g-ytitle text, .g-y2title text, .g-y3title text", "axis title"),
+    ...pick(".legend .legendtext", "legend")] };
+}
+
+// Whether every view is drawn at its element's current size (after a resize).
+function drawnToSize(ids) {
+  return ids.every((id) => {
+    const gd = figureOf(id);
+    return gd && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 1 && Math.abs(gd._fullLayout.height - gd.clientHeight) <= 1;
+  });
+}

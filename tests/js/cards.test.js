@@ -48,6 +48,8 @@ test("the header counts are the server's pending / waiting / running", () => {
   const counts = parts.find((p) => p.part === "counts");
   assert.deepEqual(counts.data, { pending: 2, waiting: 3, running: 1 });
   assert.equal(counts.text, "2 pending · 3 waiting · 1 running");
+  assert.equal(statusParts(status, record, t("both"), "ws").find((p) => p.part === "counts").text,
+    "2 pending/待提交 · 3 waiting/排队 · 1 running/运行");
   assert.deepEqual(parts.map((p) => p.text), ["● live", "m", "step 4", "mixed", "budget 512", "chunked prefill on",
     "2 pending · 3 waiting · 1 running", "paused", "1 viewer"]);
   assert.equal(statusParts({ ...status, source: "replay" }, record, t(), "sse").at(-1).text, "over SSE");

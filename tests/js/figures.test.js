@@ -143,7 +143,7 @@ test("block tables: the two panel titles each fit their half", () => {
     const plot = width - layout.margin.l - layout.margin.r;
     const leftEnd = Math.max(...left.text.split("<br>").map((l) => textWidth(l, 14))) + 4;
     const rightStart = width - layout.margin.r - Math.max(...right.text.split("<br>").map((l) => textWidth(l, 14)));
-    assert.ok(leftEnd <= layout.margin.l + plot * 0.46 + 4 && leftEnd < rightStart, `${width}px`);
+    assert.ok(leftEnd <= layout.margin.l + plot * 0.52 + 4 && leftEnd < rightStart, `${width}px`);
   }
 });
 

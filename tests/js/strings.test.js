@@ -21,12 +21,13 @@ test("every entry of the views section has English and Chinese", () => {
 test("every key the client asks for is in the table", () => {
   const keys = new Set();
   for (const source of sources()) {
-    for (const m of source.matchAll(/\bt(?:\.parts|\(\))?\(\s*"([a-z_]+\.[a-z_]+)"/g)) keys.add(m[1]);
+    for (const m of source.matchAll(/\bt(?:\.parts|\.short|\(\))?\(\s*"([a-z_]+\.[a-z_]+)"/g)) keys.add(m[1]);
     for (const m of source.matchAll(/\?\s*"([a-z]+\.[a-z_]+)"\s*:\s*"([a-z]+\.[a-z_]+)"/g)) keys.add(m[1]).add(m[2]);
   }
   const dynamic = { kind: ["prefill", "prefill_chunk", "decode"], policy: ["mixed", "prefill_first"],
     state: ["pending", "waiting", "prefilling", "decoding", "preempted", "finished"],
     reason: ["length", "stop", "abort", "error"], lang: ["both", "en", "zh"],
+    status: ["pending", "waiting", "running", "source_live", "source_replay"],
     phase: ["schedule", "prepare", "forward", "sample", "postprocess", "execute", "update", "other"] };
   for (const [group, names] of Object.entries(dynamic)) for (const name of names) keys.add(`${group}.${name}`);
   const missing = [...keys].filter((k) => !(k in STRINGS.views) && k !== "batchscope.lang");

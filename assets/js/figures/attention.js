@@ -3,11 +3,11 @@
 // band: its cached keys (attended by every row) compressed into a hatched block when long, then
 // this step's keys at full scale (a triangle for a prefill, one row for a decode). Key-count
 // labels are thinned by their pixel width so that no two overlap.
-import { axis, baseLayout, colorOf, emptyFigure, esc, kindText, LINE_PX, rowsText, THEME,
+import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, kindText, LINE_PX, rowsText,
   titleAnnotation } from "./common.js";
-import { fitParts, textWidth } from "../text_fit.js";
+import { textWidth } from "../text_fit.js";
 
-const MARGIN = { l: 56, r: 16 };
+const MARGIN = { l: 72, r: 16 };  // l: tick labels and a y title of up to two lines
 const TICK_SIZE = 12, NOTE_SIZE = 12, MAX_LIST = 10;
 
 export function attention(records, view) {
@@ -18,9 +18,12 @@ export function attention(records, view) {
     hover: fullLists(record) });
   header.annotation.xshift = -MARGIN.l + 4;
   const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
-  const xTitle = fitParts([...view.t.parts("attention.x")], { width: plotWidth, size: 12 });
+  const compressed = bands.some((b, i) => b.keysStart - b.start < record.segments[i].num_cached);
+  const xTitle = axisTitle([...view.t.parts("attention.x"), ...(compressed ? view.t.parts("attention.x_note") : [])],
+    plotWidth, 3);
   const margin = { ...MARGIN, t: header.height, b: LINE_PX + 8 + xTitle.lines * 16 };
   const plotHeight = view.size.height - margin.t - margin.b;
+  const yTitle = axisTitle(view.t.parts("attention.y"), plotHeight);
   const notes = segmentNotes(record, bands, view, plotHeight);
   const range = xRange(bands, [...notes, lastLabel(record, bands)], plotWidth);
   const ticks = keyTicks(record, bands, view, plotWidth / range);
@@ -28,9 +31,9 @@ export function attention(records, view) {
   return { ids: record.segments.map((s) => s.request_id), data, layout: baseLayout(view, {
     margin,
     xaxis: axis({ range: [0, range], tickvals: ticks.values, ticktext: ticks.text, tickfont: { size: TICK_SIZE },
-      title: { text: xTitle.text, standoff: 6, font: { size: 12 } }, zeroline: false, showgrid: false }),
+      title: { ...xTitle, standoff: 6 }, zeroline: false, showgrid: false }),
     yaxis: axis({ range: [record.num_rows, 0], tickvals: rowTicks(record.cu_seqlens_q, plotHeight, record.num_rows),
-      showgrid: false, zeroline: false, tickformat: "d", title: { text: view.t("attention.y"), font: { size: 12 } } }),
+      showgrid: false, zeroline: false, tickformat: "d", title: yTitle }),
     annotations: [header.annotation, ...notes.map((n) => n.annotation)],
   }) };
 }

@@ -1,11 +1,11 @@
 // 2. Block tables (each scheduled request's logical -> physical blocks) and the whole KV pool
 // (owner colour, free, cached, shared). A pool too large to ship per step (kv.ref_counts null,
 // schema v2) is drawn as counts only.
-import { axis, baseLayout, colorIndex, emptyFigure, esc, LINE_PX, THEME, titleAnnotation } from "./common.js";
+import { axis, baseLayout, colorIndex, emptyFigure, esc, THEME, titleAnnotation } from "./common.js";
 import { fitParts, textWidth } from "../text_fit.js";
 
 const MAX_TABLES = 16, MAX_LOGICAL = 64, MAX_POOL_CELLS = 4096;
-const TABLES = [0, 0.46], POOL = [0.54, 1];
+const TABLES = [0, 0.52], POOL = [0.58, 1];
 
 export function blockTables(records, view) {
   const record = records[records.length - 1];
@@ -14,8 +14,11 @@ export function blockTables(records, view) {
   const margin = { l: Math.min(120, Math.max(40, ...ids.map((rid) => textWidth(esc(rid), 11) + 12))), r: 12 };
   const plotWidth = view.size.width - margin.l - margin.r;
   const titles = panelTitles(record, view, ids.length, margin, plotWidth);
-  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12 });
-  Object.assign(margin, { t: titles.height, b: legend.lines * LINE_PX + 14 });
+  const t = view.t;
+  const logical = fitParts([...t.parts("blocks.logical"), ...t.parts("blocks.size", { size: record.kv.block_size }),
+    ...t.parts("blocks.shared")], { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
+  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 3 });
+  Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * 16 + 24 });
   const plotHeight = view.size.height - margin.t - margin.b;
   const tables = tableCells(record, view, ids);
   const tableCell = cellPixels(plotWidth * (TABLES[1] - TABLES[0]), plotHeight, tables.columns, ids.length);
@@ -24,7 +27,7 @@ export function blockTables(records, view) {
   if (pool) data.push(pool);
   return { ids, data, layout: baseLayout(view, {
     margin,
-    xaxis: axis({ domain: TABLES, title: { text: view.t("blocks.logical"), standoff: 4, font: { size: 12 } },
+    xaxis: axis({ domain: TABLES, title: { text: logical.text, standoff: 4, font: { size: 12 } },
       showgrid: false, zeroline: false, tickformat: "d" }),
     yaxis: axis({ autorange: "reversed", showgrid: false, type: "category", tickfont: { size: 11 } }),
     xaxis2: axis({ domain: POOL, anchor: "y2", showticklabels: false, showgrid: false, zeroline: false,
@@ -38,7 +41,7 @@ export function blockTables(records, view) {
 // The two panel titles, each fitted over its own half so they never meet.
 function panelTitles(record, view, shown, margin, plotWidth) {
   const t = view.t, total = Object.keys(record.block_tables).length;
-  const left = [...t.parts("blocks.title", { size: record.kv.block_size }), ...t.parts("blocks.shared")];
+  const left = t.parts("blocks.title");
   if (total > shown) left.push(...t.parts("blocks.some", { shown, total }));
   const tables = titleAnnotation(left, { widthPx: plotWidth * TABLES[1] + margin.l - 8 });
   tables.annotation.xshift = -margin.l + 4;
@@ -49,9 +52,9 @@ function panelTitles(record, view, shown, margin, plotWidth) {
 
 function legendParts(record, view) {
   const kv = record.kv, meta = view.meta;
-  return [view.t("blocks.used", { n: kv.num_blocks - kv.num_free }),
-    `<span style="color:${meta.free_color}">■</span> ${view.t("blocks.free", { n: kv.num_free })}`,
-    `<span style="color:${meta.cached_color}">■</span> ${view.t("blocks.cached", { n: kv.num_cached })}`];
+  return [`${kv.num_blocks - kv.num_free} ${view.t.short("blocks.used")}`,
+    `<span style="color:${meta.free_color}">■</span> ${kv.num_free} ${view.t.short("blocks.free")}`,
+    `<span style="color:${meta.cached_color}">■</span> ${kv.num_cached} ${view.t.short("blocks.cached")}`];
 }
 
 // The table cells: colour index, block id and hover text per (request, logical block).

@@ -74,11 +74,18 @@ export function segmentMarker(view, segment, lineWidth) {
 // and ``hover`` (Plotly HTML) if given, show on hover. Returns the annotation and its height.
 export function titleAnnotation(parts, { widthPx, x = 0, xanchor = "left", maxLines = 2, size = TITLE_SIZE, hover = null }) {
   const fit = fitParts(parts, { width: widthPx, size, maxLines });
-  const annotation = { xref: "paper", yref: "paper", x, y: 1, xanchor, yanchor: "bottom", yshift: 4,
+  // yshift: clear of a tick label centred on the plot's top edge
+  const annotation = { xref: "paper", yref: "paper", x, y: 1, xanchor, yanchor: "bottom", yshift: 10,
     showarrow: false, align: xanchor === "right" ? "right" : "left", text: fit.text, font: { size } };
   const hovertext = [fit.hover && esc(fit.hover), hover].filter(Boolean).join("<br>");
   if (hovertext) Object.assign(annotation, { hovertext, captureevents: true });
-  return { annotation, height: fit.lines * LINE_PX + 8 };
+  return { annotation, height: fit.lines * LINE_PX + 14 };
+}
+
+// An axis title fitted along ``lengthPx`` (wrapped between its parts, at most ``maxLines``).
+export function axisTitle(parts, lengthPx, maxLines = 2) {
+  const fit = fitParts(parts, { width: lengthPx, size: 12, maxLines });
+  return { text: fit.text, lines: fit.lines, font: { size: 12 } };
 }
 
 // Integer ticks for a step axis: whole steps, never fractions, a tick at least every ``px``.

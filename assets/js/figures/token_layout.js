@@ -1,7 +1,7 @@
 // 1. Token layout: this step's packed rows on the token budget's scale (a 102-row step of a
 // 512 budget covers 102/512 of the width), the same rows zoomed to the step's own width (a
 // labelled zoom with its own ticks, where a 1-row decode is readable), and the recent steps.
-import { axis, baseLayout, colorOf, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
+import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
   stepAxis, THEME, titleAnnotation } from "./common.js";
 import { shorten } from "../text_fit.js";
 
@@ -14,7 +14,7 @@ export function tokenLayout(records, view) {
   if (!record) return emptyFigure(view, view.t("empty.layout"));
   const full = Math.max(record.token_budget, record.num_rows, 1);
   const { annotation, height } = titleAnnotation(titleParts(record, view),
-    { widthPx: view.size.width - 8 });
+    { widthPx: view.size.width - 8, maxLines: 3 });
   annotation.xshift = -MARGIN.l + 4;
   const margin = { ...MARGIN, t: height };
   const geometry = stripGeometry(view.size.height - margin.t - margin.b);
@@ -33,8 +33,8 @@ export function tokenLayout(records, view) {
       zeroline: false, tickfont: { size: 10 }, ticks: "outside", tickformat: "d" }),
     yaxis3: stripAxis(geometry.zoom),
     xaxis2: stepAxis(Math.min(...steps), Math.max(...steps), plotWidth,
-      { anchor: "y2", title: { text: view.t("layout.history_x"), standoff: 4, font: { size: 12 } } }),
-    yaxis2: axis({ domain: geometry.history, range: [0, full], title: { text: view.t("layout.history_y"),
+      { anchor: "y2", title: { ...axisTitle(view.t.parts("layout.history_x"), plotWidth, 1), standoff: 4 } }),
+    yaxis2: axis({ domain: geometry.history, range: [0, full], title: { text: view.t.short("layout.history_y"),
       font: { size: 12 } }, tickformat: "d" }),
     annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth)],
   }) };
@@ -111,7 +111,7 @@ function titleParts(record, view) {
     : t("layout.requests", { n: segments.length });
   const [rows, ...rowsOther] = t.parts(record.num_rows === 1 ? "layout.rows_one" : "layout.rows",
     { rows: `<b>${record.num_rows}</b>`, budget: record.token_budget });
-  const parts = [t("layout.step", { step: record.step }), { text: sum, before: ": " },
+  const parts = [`${t("layout.step", { step: record.step })}:`, { text: sum, before: " " },
     { text: `= ${rows}`, before: " " }, ...rowsOther];
   if (record.policy !== "mixed") parts.push(...t.parts(`policy.${record.policy}`));
   const stalled = stalledIds(record);
