@@ -3,8 +3,9 @@
     python app.py [--model default] [--host H] [--port P] [--record TRACE] [engine flags...]
     python app.py --replay TRACE [--host H] [--port P]
 
-A FastAPI app serves the telemetry websocket (/ws/telemetry), plotly.js from the installed
-plotly package and the dashboard client; the Gradio UI is mounted at "/"; the engine loads
+A FastAPI app serves the telemetry stream (websocket /ws/telemetry, SSE /telemetry/stream),
+plotly.js from the installed plotly package and the dashboard client; the Gradio UI is
+mounted at "/"; every page visitor gets a ``bs_visitor`` cookie (viz/identity.py); the engine loads
 and runs on a background thread (the page shows the loading progress meanwhile). A replay
 plays a recorded trace into the same page instead: it imports neither the engine nor torch,
 so the engine and the API are imported only where the live mode needs them.
@@ -18,8 +19,8 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gradio as gr
@@ -27,14 +28,16 @@ import uvicorn
 from fastapi import FastAPI
 
 from viz.hub import TelemetryHub
+from viz.identity import VisitorCookies, VisitorIdentity
 from viz.presenter import PresenterAccess
 from viz.presets import load_presets
 from viz.privacy import new_secret
 from viz.recording import Recorder
-from viz.replay import HubReplay
+from viz.replay_channels import ReplayChannels, install_replay_routes
 from viz.trace import TraceError, load_trace
+from viz.transport import SharedChannel, install_transports
 from viz.ui import build_replay_ui, build_ui
-from viz.web import HEAD, REPLAY_HEAD, install_replay_routes, install_routes
+from viz.web import HEAD, REPLAY_HEAD, install_page_routes
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
@@ -59,9 +62,14 @@ def common_arguments() -> argparse.ArgumentParser:
 
 
 def build_replay_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(description=DESCRIPTION + " Replay mode.",
-                                   parents=[common_arguments()],
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=DESCRIPTION + " Replay mode.",
+                                     parents=[common_arguments()],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--shared-view", action="store_true",
+                        help="one playback for every viewer, driven by anyone's controls (a "
+                             "workshop following the presenter); by default each viewer plays, "
+                             "pauses and scrubs on their own")
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,39 +154,61 @@ def hub_lifespan(hub: TelemetryHub, *closers: Callable[[], None]):
     return lifespan
 
 
+def replay_lifespan(channels: ReplayChannels):
+    """A FastAPI lifespan that stops every viewer's playback at shutdown."""
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        try:
+            yield
+        finally:
+            await channels.aclose()
+
+    return lifespan
+
+
+def web_app(title: str, lifespan) -> tuple[FastAPI, VisitorIdentity]:
+    """The FastAPI app with the page's files and visitor cookies (both modes)."""
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.add_middleware(VisitorCookies)
+    install_page_routes(app)
+    app.state.identity = VisitorIdentity(new_secret())
+    return app, app.state.identity
+
+
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
     from serve import install_api, limits_from_arguments
+    from viz.firing import Firing
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
-    hub.attach(llm)
+    firing = Firing(llm, hub)
+    hub.attach(llm, pending=firing.pending)
     recorder = Recorder(llm, hub)
     if args.record:
         recorder.record_run(args.record)
 
-    app = FastAPI(title="Batchscope", lifespan=hub_lifespan(hub, recorder.close, llm.shutdown))
-    install_routes(app, hub)
+    app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, llm.shutdown))
+    install_transports(app, SharedChannel(hub), identity)
     install_api(app, llm, limits_from_arguments(args))  # before Gradio takes "/" and shadows it
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
-    blocks = build_ui(llm, hub, load_presets(), new_secret(), recorder, access)
+    app.state.firing = firing
+    blocks = build_ui(llm, firing, load_presets(), identity, recorder, access)
     gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
                         footer_links=[])
     return app, llm, hub
 
 
-def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, HubReplay, TelemetryHub]:
+def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, ReplayChannels]:
     """The same dashboard fed by a trace; raises TraceError for a file it cannot replay."""
     trace = load_trace(args.replay)
-    hub = TelemetryHub()
-    replay = HubReplay(trace, hub, Path(args.replay).name)
-    replay.player.seek(0)  # the first iteration is on screen, paused, when the page opens
-    app = FastAPI(title="Batchscope replay", lifespan=hub_lifespan(hub, replay.close))
-    install_routes(app, hub)
-    install_replay_routes(app, replay.player)
-    gr.mount_gradio_app(app, build_replay_ui(replay), path="/", head=REPLAY_HEAD,
+    channels = ReplayChannels(trace, Path(args.replay).name, shared=args.shared_view)
+    app, identity = web_app("Batchscope replay", replay_lifespan(channels))
+    install_transports(app, channels, identity)
+    install_replay_routes(app, channels, identity)
+    gr.mount_gradio_app(app, build_replay_ui(channels), path="/", head=REPLAY_HEAD,
                         theme=gr.themes.Base(), footer_links=[])
-    return app, replay, hub
+    return app, channels
 
 
 def ensure_default_model_package(model: str) -> None:
@@ -200,10 +230,10 @@ def main(argv: list[str] | None = None) -> None:
         parser = build_replay_parser()
         args = parser.parse_args(argv)
         try:
-            app, replay, _ = create_replay_app(args)
+            app, channels = create_replay_app(args)
         except TraceError as exc:
             parser.exit(2, f"error: cannot replay: {exc}\n")
-        what = f"replay of {args.replay} ({replay.player.state.num_iterations} iterations)"
+        what = f"replay of {args.replay} ({channels.num_iterations} iterations)"
     else:
         args = build_parser().parse_args(argv)
         ensure_default_model_package(args.model)

@@ -1,52 +1,38 @@
 """The dashboard server end to end over its websocket (``websockets`` client, tiny model)."""
 import asyncio
-import json
-import time
 import urllib.request
 
 import pytest
-import websockets
+from support.server import BackgroundServer
+from support.viewers import ws_messages
 
 import app as dashboard
 from engine.telemetry import validate_record
-from viz.firing import Knobs, fire, plan_shot
+from viz.firing import Knobs, plan_shot
+from viz.identity import COOKIE, new_visitor_id
 from viz.presets import load_presets
 from viz.web import ASSETS
-from support.server import BackgroundServer
 
-OWNER = "owner-under-test"
+VISITOR = new_visitor_id()
 
 
 def start(model: str, *flags: str):
     args = dashboard.build_parser().parse_args(["--model", model, "--num-kv-blocks", "256", *flags])
     app, llm, hub = dashboard.create_app(args)
-    return BackgroundServer(app), llm, hub
+    return BackgroundServer(app), llm, hub, app
 
 
 @pytest.fixture(scope="module")
 def dashboard_server(tiny_model_dir):
-    server, llm, hub = start(tiny_model_dir)
+    server, llm, _, app = start(tiny_model_dir)
     with server:
         llm.wait_ready(120)
-        yield server, llm, hub
-
-
-async def collect(url: str, owner: str | None, until, timeout: float) -> list[dict]:
-    query = f"?owner={owner}" if owner else ""
-    messages = []
-    async with websockets.connect(f"{url}/ws/telemetry{query}", max_size=None) as ws:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not until(messages):
-            try:
-                messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
-            except asyncio.TimeoutError:
-                pass
-    return messages
+        yield server, llm, app
 
 
 def test_frames_carry_valid_records_of_the_fired_requests(dashboard_server):
-    server, llm, hub = dashboard_server
-    ws_url = server.url.replace("http://", "ws://")
+    server, llm, app = dashboard_server
+    owner = app.state.identity.owner({COOKIE: VISITOR})
     library = load_presets()
     planned = plan_shot(library, library.presets["article"], Knobs(3, 12, 0.0, 0),
                         llm.engine.tokenizer)
@@ -59,10 +45,10 @@ def test_frames_carry_valid_records_of_the_fired_requests(dashboard_server):
                             for e in m["events"] if e.get("finished")}
 
     async def watch():
-        owner_view = asyncio.create_task(collect(ws_url, OWNER, all_finished, 90))
-        stranger_view = asyncio.create_task(collect(ws_url, None, all_finished, 90))
+        owner_view = asyncio.create_task(ws_messages(server.url, all_finished, 90, VISITOR))
+        stranger_view = asyncio.create_task(ws_messages(server.url, all_finished, 90))
         await asyncio.sleep(0.5)  # both viewers are connected before the shot
-        await asyncio.to_thread(fire, llm, hub, planned, OWNER)
+        await asyncio.to_thread(app.state.firing.fire, planned, owner)
         return await owner_view, await stranger_view
 
     mine, theirs = asyncio.run(watch())
@@ -103,12 +89,12 @@ def test_page_and_plotly_are_served_locally(dashboard_server):
 
 
 def test_a_model_that_fails_to_load_leaves_the_page_up_and_says_so(tmp_path):
-    server, llm, _ = start(str(tmp_path / "no-such-model"))
+    server, llm, _, _ = start(str(tmp_path / "no-such-model"))
     with server:
         with pytest.raises(RuntimeError):
             llm.wait_ready(30)
         assert urllib.request.urlopen(server.url + "/", timeout=30).status == 200
-        [snapshot] = asyncio.run(collect(server.url.replace("http", "ws"), None, bool, 10))
+        [snapshot] = asyncio.run(ws_messages(server.url, bool, 10))
     assert snapshot["status"]["state"] == "failed" and "no-such-model" in snapshot["status"]["load_error"]
 
 
@@ -130,3 +116,30 @@ def test_cli_documents_every_flag_and_honours_the_environment(monkeypatch):
     config = dashboard.engine_config(space)
     assert config["enable_chunked_prefill"] is False and config["policy"] == "prefill_first"
     assert "block_size" not in config  # unset: the engine chooses per device
+
+
+def test_the_gradio_page_gives_the_visitor_whose_shots_they_read(dashboard_server):
+    """The first request is Gradio's page: it sets the cookie; a Fire through Gradio's own
+    API with that cookie is that visitor's, on the stream and after a reload alike."""
+    from gradio_client import Client
+
+    server, _, _ = dashboard_server
+    with urllib.request.urlopen(server.url + "/", timeout=30) as page:
+        cookie = page.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    visitor = cookie.split(";")[0].split("=", 1)[1]
+    client = Client(server.url, headers={"Cookie": f"{COOKIE}={visitor}"}, verbose=False)
+    fired = client.predict("chat", "a question of my own", 1, 4, 0.0, 0, api_name="/on_fire")
+    rid = fired.split(": ")[-1]
+
+    def finished(messages):
+        return any(e["request_id"] == rid and e.get("finished")
+                   for m in messages for e in m.get("requests", []) + m.get("events", []))
+
+    mine = asyncio.run(ws_messages(server.url, finished, 60, visitor))
+    reload = asyncio.run(ws_messages(server.url, bool, 10, visitor))
+    stranger = asyncio.run(ws_messages(server.url, bool, 10, new_visitor_id()))
+    entry = next(e for e in reload[0]["requests"] if e["request_id"] == rid)
+    assert finished(mine) and entry["mine"] and entry["label"] == "a question of my own"
+    other = next(e for e in stranger[0]["requests"] if e["request_id"] == rid)
+    assert not other["mine"] and other["label"] is None and other["text"] == ""

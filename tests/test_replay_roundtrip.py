@@ -7,21 +7,14 @@ import time
 
 import pytest
 import websockets
-from fastapi import FastAPI
+from support.server import BackgroundServer
+from support.viewers import serve_hub as serve
 
 from viz.hub import TelemetryHub
 from viz.privacy import PUBLIC
 from viz.recording import Recorder
 from viz.replay import HubReplay
-from support.server import BackgroundServer
 from viz.trace import load_trace
-from viz.web import install_routes
-
-
-def serve(hub: TelemetryHub) -> BackgroundServer:
-    app = FastAPI()
-    install_routes(app, hub)
-    return BackgroundServer(app)
 
 
 async def watch(server: BackgroundServer, action, done, timeout: float = 60) -> list[dict]:
@@ -35,7 +28,7 @@ async def watch(server: BackgroundServer, action, done, timeout: float = 60) -> 
         while time.monotonic() < deadline and not done(messages):
             try:
                 messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     return messages
 
@@ -85,7 +78,7 @@ def test_replay_sends_the_frames_the_live_viewer_received(live):
     assert {e["label"] for e in live_events} == {"question 0", "question 1", "question 2"}
     trace = load_trace(path)
     assert [r["step"] for r in live_records] == [r["step"] for r in trace.records]
-    hub = TelemetryHub()
+    hub = TelemetryHub(public=True)
     replay = HubReplay(trace, hub, path.name)
     try:
         replay.player.set_speed(2.0)
@@ -103,7 +96,7 @@ def test_replay_sends_the_frames_the_live_viewer_received(live):
 def test_seeking_back_resyncs_viewers_with_a_snapshot(live):
     path, ids, live_messages = live
     trace = load_trace(path)
-    hub = TelemetryHub()
+    hub = TelemetryHub(public=True)
     replay = HubReplay(trace, hub, path.name)
     try:
         last = len(trace.records) - 1

@@ -71,7 +71,7 @@ def test_replayed_records_and_events_reach_viewers_as_frames():
     assert [e["kind"] for e in frame["events"]] == ["arrival", "delta", "delta"]
     assert [e["offset"] for e in frame["events"][1:]] == [0, 5]
     assert all(e["visible"] and "owner" not in e for e in frame["events"])
-    snapshot = json.loads(hub.snapshot(viewer.audience))
+    snapshot = json.loads(hub.snapshot(viewer))
     [entry] = snapshot["requests"]
     assert entry["text"] == "Hello world" and entry["finished"] and entry["num_output_tokens"] == 2
     assert [r["step"] for r in snapshot["records"]] == [0]
@@ -128,7 +128,7 @@ def test_visitors_read_only_their_own_text():
         assert sampled == (99 if own else HIDDEN_TOKEN)
         assert "token-a" not in json.dumps(frame)  # owner tokens never leave the server
         assert ("my question" in json.dumps(frame)) is own
-    bob_view = json.loads(hub.snapshot(bob.audience))["requests"]
+    bob_view = json.loads(hub.snapshot(bob))["requests"]
     assert [e["text"] for e in bob_view] == ["", "text of p1"]
 
 
@@ -143,7 +143,7 @@ def test_reset_clears_history_and_resyncs_every_viewer():
     hub.reset()
     hub.tick()
     assert drain(viewer) == [{"type": "snapshot"}]
-    snapshot = json.loads(hub.snapshot(viewer.audience))
+    snapshot = json.loads(hub.snapshot(viewer))
     assert snapshot["requests"] == [] and snapshot["records"] == []
 
 

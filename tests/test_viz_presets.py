@@ -4,10 +4,11 @@ import json
 import pytest
 
 from engine import SamplingParams
-from viz.firing import Knobs, PlannedRequest, _exact_tokens, _submit, plan_shot
+from viz.firing import Firing, Knobs, PlannedRequest, _exact_tokens, plan_shot
 from viz.hub import TelemetryHub
 from viz.presets import load_presets
 from viz.privacy import Audience
+from viz.viewer import Viewer
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def test_a_request_that_cannot_be_submitted_is_finished_with_its_error():
 
     hub = TelemetryHub()
     planned = [PlannedRequest("x1", [5, 6], "label", SamplingParams(max_tokens=2), 0.0)]
-    _submit(StoppedLLM(), hub, planned, "token-a")
-    [entry] = json.loads(hub.snapshot(Audience("token-a")))["requests"]
+    Firing(StoppedLLM(), hub).submit(planned, "token-a")
+    [entry] = json.loads(hub.snapshot(Viewer(Audience("token-a"))))["requests"]
     assert entry["finished"] and entry["finish_reason"] == "error" and entry["mine"]
     assert entry["error"] == "the engine is stopped"

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
-NUM_COLORS = 12  # the palette size in assets/dashboard.js
+from .colors import PALETTE
+
+NUM_COLORS = len(PALETTE)
 
 
 @dataclass(slots=True)
@@ -38,8 +40,9 @@ class RequestEntry:
 class RequestBook:
     """Not thread-safe: the hub calls it under its lock."""
 
-    def __init__(self, capacity: int = 256):
+    def __init__(self, capacity: int = 256, default_owner: str | None = None):
         self.capacity = capacity
+        self.default_owner = default_owner  # the owner of requests nobody claimed
         self._entries: OrderedDict[str, RequestEntry] = OrderedDict()
         self._next_color = 0
 
@@ -49,7 +52,7 @@ class RequestBook:
 
     def owner(self, request_id: str) -> str | None:
         entry = self._entries.get(request_id)
-        return entry.owner if entry else None
+        return entry.owner if entry else self.default_owner
 
     def label(self, request_id: str) -> str | None:
         entry = self._entries.get(request_id)
@@ -60,6 +63,7 @@ class RequestBook:
         for a delta, ``offset`` and ``token_offset``: where its text and tokens start in the
         request's output (so a viewer can apply a delta twice without harm)."""
         entry = self._entry(event["request_id"])
+        entry.label = event.get("label") or entry.label  # a replayed arrival carries its label
         extra = {"color": entry.color, "owner": entry.owner, "label": entry.label}
         if event["kind"] == "arrival":
             entry.prompt = event.get("prompt")
@@ -88,7 +92,7 @@ class RequestBook:
     def _entry(self, request_id: str) -> RequestEntry:
         entry = self._entries.get(request_id)
         if entry is None:
-            entry = RequestEntry(request_id, self._next_color % NUM_COLORS)
+            entry = RequestEntry(request_id, self._next_color % NUM_COLORS, self.default_owner)
             self._next_color += 1
             self._entries[request_id] = entry
             self._evict()

@@ -21,7 +21,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .trace import Trace, TraceError, load_trace, schema
+from .colors import STATE_COLORS, phase_colors
+from .trace import Trace, TraceError, load_trace, trace_phases
 
 ENGINE_PID, REQUESTS_PID = 1, 2
 SLICE_NAMES = {"prefill": "prefill", "prefill_chunk": "prefill chunk", "decode": "decode"}
@@ -141,8 +142,9 @@ def to_chrome_trace(trace: Trace) -> dict:
     events = [_meta("process_name", ENGINE_PID, 0, "Engine"),
               _meta("process_name", REQUESTS_PID, 0, "Requests"),
               _meta("thread_name", ENGINE_PID, 0, "steps")]
+    phases = trace_phases(trace)
     events += [_meta("thread_name", ENGINE_PID, i, phase)
-               for i, phase in enumerate(schema.PHASES, start=1)]
+               for i, phase in enumerate(phases, start=1)]
     events += [_meta("thread_name", REQUESTS_PID, tid, rid) for rid, tid in tids.items()]
     events += [_meta("thread_sort_index", REQUESTS_PID, tid, tid, key="sort_index")
                for tid in tids.values()]
@@ -154,8 +156,8 @@ def to_chrome_trace(trace: Trace) -> dict:
             "token_budget": record["token_budget"], "policy": record["policy"],
             "segments": len(record["segments"]), "error": record["error"]}))
         offset = start
-        for i, phase in enumerate(schema.PHASES, start=1):
-            dur = record["durations_ms"][phase] * 1e3
+        for i, phase in enumerate(phases, start=1):
+            dur = record["durations_ms"].get(phase, 0) * 1e3
             events.append(_slice(phase, ENGINE_PID, i, offset, dur, {"step": record["step"]}))
             offset += dur
         kv = record["kv"]
@@ -207,8 +209,7 @@ def _counter(name: str, ts: float, values: dict) -> dict:
 
 
 # ---- static HTML report ----------------------------------------------------------------------
-TIMELINE_STATES = ("idle", "waiting", "prefill", "prefill chunk", "decode", "preempted")
-TIMELINE_COLORS = ("#ffffff", "#d9d9d9", "#1f77b4", "#6baed6", "#2ca02c", "#d62728")
+TIMELINE_STATES = tuple(STATE_COLORS)  # idle, waiting, prefill, prefill chunk, decode, preempted
 
 
 def plotly_js() -> str:
@@ -223,8 +224,10 @@ def report_figures(trace: Trace) -> dict[str, dict]:
     """Plotly figures (data + layout) of the run, keyed by element id."""
     records = trace.records
     steps = [r["step"] for r in records]
-    timing = [{"type": "bar", "name": phase, "x": steps,
-               "y": [r["durations_ms"][phase] for r in records]} for phase in schema.PHASES]
+    timing = [{"type": "bar", "name": phase["name"], "x": steps,
+               "marker": {"color": phase["color"]},
+               "y": [r["durations_ms"].get(phase["name"], 0) for r in records]}
+              for phase in phase_colors(trace_phases(trace))]
     layout_traces = [{"type": "bar", "name": label, "x": steps,
                       "y": [sum(s["num_rows"] for s in r["segments"] if s["kind"] == kind)
                             for r in records]} for kind, label in SLICE_NAMES.items()]
@@ -244,7 +247,7 @@ def report_figures(trace: Trace) -> dict[str, dict]:
     ]
     rids, z = _request_states(trace)
     n = len(TIMELINE_STATES)
-    scale = [[edge, color] for i, color in enumerate(TIMELINE_COLORS)
+    scale = [[edge, color] for i, color in enumerate(STATE_COLORS.values())
              for edge in (i / n, (i + 1) / n)]
     timeline = [{"type": "heatmap", "x": steps, "y": rids, "z": z, "zmin": -0.5,
                  "zmax": n - 0.5, "colorscale": scale, "xgap": 0, "ygap": 1,
@@ -328,7 +331,7 @@ def _engine_brief(engine: dict) -> dict:
 
 
 def _utc(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _fmt(value) -> str:

@@ -66,17 +66,63 @@ def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
     return planned
 
 
-def fire(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
-         owner: str | None) -> list[str]:
-    """Validate every request now (ValueError), then submit them in the background."""
-    if llm.state != "ready":
-        raise RuntimeError("the model is still loading" if llm.state == "loading"
-                           else f"the engine is {llm.state}: {llm.load_error}")
-    tokenized = [_tokenized(llm.engine, item) for item in planned]
-    thread = threading.Thread(target=_submit, args=(llm, hub, tokenized, owner),
-                              name="batchscope-fire", daemon=True)
-    thread.start()
-    return [item.request_id for item in planned]
+class Firing:
+    """Submits planned shots to one engine and counts the requests still ``pending``: fired
+    from the dashboard but not yet handed to the engine (a staggered arrival, "after the
+    earlier ones are decoding")."""
+
+    def __init__(self, llm: AsyncLLM, hub: TelemetryHub):
+        self.llm = llm
+        self.hub = hub
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def pending(self) -> int:
+        return self._pending
+
+    def fire(self, planned: list[PlannedRequest], owner: str | None) -> list[str]:
+        """Validate every request now (ValueError), then submit them in the background."""
+        llm = self.llm
+        if llm.state != "ready":
+            raise RuntimeError("the model is still loading" if llm.state == "loading"
+                               else f"the engine is {llm.state}: {llm.load_error}")
+        tokenized = [_tokenized(llm.engine, item) for item in planned]
+        self._count(len(tokenized))
+        thread = threading.Thread(target=self.submit, args=(tokenized, owner),
+                                  name="batchscope-fire", daemon=True)
+        thread.start()
+        return [item.request_id for item in planned]
+
+    def submit(self, planned: list[PlannedRequest], owner: str | None) -> None:
+        """Hand each request to the engine at its time (runs on the shot's thread)."""
+        started = time.monotonic()
+        submitted: list[str] = []
+        for item in planned:
+            if item.after_decoding:
+                self.hub.wait_for_status(submitted, {"decoding", "finished"},
+                                         AFTER_DECODING_TIMEOUT_S)
+            elif (wait := started + item.delay_s - time.monotonic()) > 0:
+                time.sleep(wait)
+            if self._hand_over(item, owner):
+                submitted.append(item.request_id)
+
+    def _hand_over(self, item: PlannedRequest, owner: str | None) -> bool:
+        self.hub.claim(item.request_id, owner, item.label)
+        try:
+            self.llm.add_request(item.prompt, item.params, item.request_id)
+        except Exception as exc:  # e.g. the engine stopped: finish the claimed entry
+            log.exception("could not submit %s", item.request_id)
+            self.hub.publish_event(RequestEvent(
+                "delta", item.request_id, time.time(), finished=True, finish_reason="error",
+                error=str(exc)).to_dict())
+            return False
+        finally:
+            self._count(-1)
+        return True
+
+    def _count(self, change: int) -> None:
+        with self._lock:
+            self._pending += change
 
 
 def _tokenized(engine, item: PlannedRequest) -> PlannedRequest:
@@ -85,26 +131,6 @@ def _tokenized(engine, item: PlannedRequest) -> PlannedRequest:
     token_ids = engine.tokenize(item.prompt)
     engine.check_fits(len(token_ids), item.params)
     return replace(item, prompt=token_ids)
-
-
-def _submit(llm: AsyncLLM, hub: TelemetryHub, planned: list[PlannedRequest],
-            owner: str | None) -> None:
-    started = time.monotonic()
-    submitted: list[str] = []
-    for item in planned:
-        if item.after_decoding:
-            hub.wait_for_status(submitted, {"decoding", "finished"}, AFTER_DECODING_TIMEOUT_S)
-        elif (wait := started + item.delay_s - time.monotonic()) > 0:
-            time.sleep(wait)
-        hub.claim(item.request_id, owner, item.label)
-        try:
-            llm.add_request(item.prompt, item.params, item.request_id)
-        except Exception as exc:  # e.g. the engine stopped: finish the claimed entry
-            log.exception("could not submit %s", item.request_id)
-            hub.publish_event(RequestEvent("delta", item.request_id, time.time(), finished=True,
-                                           finish_reason="error", error=str(exc)).to_dict())
-            continue
-        submitted.append(item.request_id)
 
 
 def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer,

@@ -1,7 +1,7 @@
 """Who may read which request's text.
 
-A visitor is identified by an owner token derived from their Gradio session; the page passes
-it in the websocket URL. A viewer reads the prompt and generated text of its own requests only
+A visitor is identified by an owner token the server derives from their ``bs_visitor`` cookie
+(identity.py), on every transport and in the Gradio handlers alike. A viewer reads the prompt and generated text of its own requests only
 (and of ``PUBLIC`` ones, e.g. a replayed trace); other requests keep their ids, colours, lengths
 and states but lose every token. ``shared`` (the --shared-view flag, for workshops) shows all
 text; ``mine`` still marks each viewer's own requests. Owner tokens themselves never leave the
@@ -14,15 +14,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PUBLIC = "*"
 HIDDEN_TOKEN = -1  # stands in for each token id of a request the viewer may not read
 
 
-def owner_token(secret: bytes, session_hash: str) -> str:
-    """An unguessable, stable token for one browser session."""
-    return hmac.new(secret, session_hash.encode(), hashlib.sha256).hexdigest()[:24]
+def owner_token(secret: bytes, visitor_id: str) -> str:
+    """An unguessable, stable token for one visitor (one browser's cookie)."""
+    return hmac.new(secret, visitor_id.encode(), hashlib.sha256).hexdigest()[:24]
 
 
 def new_secret() -> bytes:
@@ -57,7 +58,8 @@ class Audience:
             out.update(redacted)
         return out
 
-    def sampled(self, sampled: dict[str, int], owners: dict[str, str | None]) -> dict[str, int]:
+    def sampled(self, sampled: dict[str, int],
+                owner_of: Callable[[str], str | None]) -> dict[str, int]:
         """A record's ``sampled`` map (its only per-viewer part), unreadable token ids hidden."""
-        return {rid: tok if self.can_read(owners.get(rid)) else HIDDEN_TOKEN
+        return {rid: tok if self.can_read(owner_of(rid)) else HIDDEN_TOKEN
                 for rid, tok in sampled.items()}

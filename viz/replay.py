@@ -16,8 +16,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .privacy import PUBLIC
-from .trace import Trace, TraceEntry
+from .colors import view_meta
+from .trace import Trace, TraceEntry, trace_phases
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # the replay bar's choices
 MIN_SPEED, MAX_SPEED = SPEEDS[0], SPEEDS[-1]
@@ -161,32 +161,32 @@ class ReplayPlayer:
 class HubReplay:
     """A trace played into a TelemetryHub: the replay counterpart of ``hub.attach(llm)``.
 
-    Every request is public to every viewer: a trace holds only the text its recorder was
-    allowed to keep. The status line shows the replay's position, speed and play state.
+    The hub should be ``public``: a trace holds only the text its recorder was allowed to
+    keep, so every viewer reads all of it. The status line shows the replay's position, speed
+    and play state, and the queue lengths of the shown iteration.
     """
 
     def __init__(self, trace: Trace, hub, name: str):
         self.hub = hub
         self.name = name
         self.model = trace.header["model"]["name"]
-        self._claimed: set[str] = set()
+        self._counts = {"pending": 0, "waiting": 0, "running": 0}
         self.player = ReplayPlayer(trace, self._publish, self._reset, on_state=self._remember)
         self._state = self.player.state
         hub.set_status_provider(self.status)
+        hub.set_meta_provider(lambda: trace_meta(trace))
 
     def _publish(self, entry: TraceEntry) -> None:
-        data = entry.data
         if entry.kind == "record":
+            data = entry.data
+            self._counts = {"pending": 0, "waiting": data["num_waiting"],
+                            "running": data["num_running"]}
             self.hub.publish_record(data)
-            return
-        rid = data["request_id"]
-        if data["kind"] == "arrival" or rid not in self._claimed:
-            self.hub.claim(rid, PUBLIC, data.get("label"))
-            self._claimed.add(rid)
-        self.hub.publish_event(data)
+        else:
+            self.hub.publish_event(entry.data)
 
     def _reset(self) -> None:
-        self._claimed.clear()
+        self._counts = {"pending": 0, "waiting": 0, "running": 0}
         self.hub.reset()
 
     def _remember(self, state: PlayerState) -> None:
@@ -195,10 +195,19 @@ class HubReplay:
     def status(self) -> dict:
         state = self._state
         return {"source": "replay", "state": "ready", "model": self.model, "load_seconds": None,
-                "load_error": None, "paused": not state.playing,
+                "load_error": None, "paused": not state.playing, "counts": self._counts,
+                "engine": {"name": "batchscope", "version": "1"},
                 "replay": {"trace": self.name, "iteration": state.iteration,
                            "num_iterations": state.num_iterations, "step": state.step,
                            "speed": state.speed, "playing": state.playing}}
 
     def close(self) -> None:
         self.player.close()
+
+
+def trace_meta(trace: Trace) -> dict:
+    """The views' meta for a trace: its phases in the order its records time them."""
+    source = {"engine": "batchscope", "engine_version": "1",
+              "model": trace.header["model"]["name"]}
+    return view_meta(trace_phases(trace), source,
+                     trace.header["engine"]["max_num_batched_tokens"])

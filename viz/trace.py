@@ -89,6 +89,12 @@ class Trace:
         return [e.data for e in self.entries if e.kind == "event"]
 
 
+def trace_phases(trace: Trace) -> list[str]:
+    """The engine phases the trace's records time, in their order (``total`` aside)."""
+    records = trace.records
+    return [p for p in (records[0]["durations_ms"] if records else ()) if p != "total"]
+
+
 # ---- writing ---------------------------------------------------------------------------------
 def make_header(engine, text: str = "full") -> dict:
     """The header line for a run of ``engine`` (an LLMEngine: ``LLM.engine``, ``AsyncLLM.engine``)."""
@@ -168,7 +174,7 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._drain, name="batchscope-trace", daemon=True)
         self._thread.start()
 
-    def attach(self, llm) -> "TraceWriter":
+    def attach(self, llm) -> TraceWriter:
         """Record every step and request event of a running ``AsyncLLM``."""
         self._unsubscribe += [llm.subscribe(self.add_record), llm.subscribe_events(self.add_event)]
         return self
@@ -192,7 +198,7 @@ class TraceWriter:
         self._write_line({"type": "end", "records": self.num_records, "events": self.num_events})
         self._file.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:

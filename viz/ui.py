@@ -1,8 +1,9 @@
 """The Gradio page: firing controls, presenter controls, and the containers dashboard.js fills.
 
-The plots and text panels are drawn in the browser from the websocket stream (assets/
-dashboard.js); Gradio only carries the clicks. Each visitor's Gradio session gets an owner
-token, passed to the page's websocket, so it is sent the text of its own requests only.
+The plots and text panels are drawn in the browser from the telemetry stream (assets/
+dashboard.js); Gradio only carries the clicks. Handlers know the visitor by the same
+``bs_visitor`` cookie as the stream (identity.py), so a visitor reads the text of their own
+requests only, across reloads.
 A replayed trace gets the same page with the replay bar (assets/replay.js) as its controls.
 This module imports the engine only inside ``build_ui``: a replay runs without torch.
 """
@@ -15,33 +16,31 @@ from typing import TYPE_CHECKING
 import gradio as gr
 
 from .captions import VIEWS
-from .hub import TelemetryHub
+from .firing import Firing
+from .identity import VisitorIdentity
 from .presenter import PresenterAccess
 from .presets import PresetLibrary
-from .privacy import owner_token
 from .recording import Recorder
-from .replay import SPEEDS, HubReplay
+from .replay import SPEEDS
+from .replay_channels import ReplayChannels
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
 
 FIRE_CONCURRENCY = 16  # several visitors may fire at once
-CONNECT_JS = "(owner) => { window.batchscope && window.batchscope.connect(owner); return []; }"
 KEY_NEEDED = "Enter the presenter key first · 请先输入演示密钥"
 
 
-def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: bytes,
+def build_ui(llm: AsyncLLM, firing: Firing, library: PresetLibrary, identity: VisitorIdentity,
              recorder: Recorder, access: PresenterAccess) -> gr.Blocks:
     from engine.config import POLICIES
 
-    from .firing import Knobs, fire, plan_shot
+    from .firing import Knobs, plan_shot
 
     preset = library.default
     config = llm.config
     with gr.Blocks(title="Batchscope") as demo:
         gr.HTML(_header_html(), elem_id="bs-header-wrap")
-        owner = gr.Textbox(elem_id="bs-owner", elem_classes="bs-hidden", show_label=False,
-                           container=False, interactive=False)
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
                 preset_box = gr.Dropdown(library.choices(), value=preset.id,
@@ -93,7 +92,7 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
             try:
                 planned = plan_shot(library, library.presets[preset_id], knobs,
                                     llm.engine.tokenizer if llm.engine else None, text or "")
-                ids = fire(llm, hub, planned, _owner(secret, request))
+                ids = firing.fire(planned, _owner(identity, request))
             except (ValueError, RuntimeError) as exc:
                 gr.Warning(str(exc))
                 return f"Not fired: {exc}"
@@ -136,7 +135,7 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
                     f"chunked {'on' if new_chunked else 'off'}")
 
         def on_record(on: bool, request: gr.Request):
-            owner = _owner(secret, request)
+            owner = _owner(identity, request)
             if on:
                 try:
                     recorder.start(owner)
@@ -158,21 +157,17 @@ def build_ui(llm: AsyncLLM, hub: TelemetryHub, library: PresetLibrary, secret: b
         slow.release(keyed(on_slow), [slow, key], presenter_status)
         apply.click(keyed(on_apply), [policy, budget, chunked, key], presenter_status)
         record.input(on_record, record, [record, download, presenter_status])
-        def on_load(request: gr.Request) -> str:
-            return _owner(secret, request) or ""
-
-        demo.load(on_load, None, owner).then(None, owner, None, js=CONNECT_JS)
     return demo
 
 
-def build_replay_ui(replay: HubReplay) -> gr.Blocks:
+def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
     """The same page for a replayed trace: the replay bar replaces firing and presenter."""
-    with gr.Blocks(title=f"Batchscope replay: {replay.name}") as demo:
+    with gr.Blocks(title=f"Batchscope replay: {channels.name}") as demo:
         gr.HTML(_header_html(), elem_id="bs-header-wrap")
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
                 gr.HTML(_replay_bar_html(), elem_id="bs-replay-wrap")
-                gr.Markdown(_trace_about(replay), elem_id="bs-about")
+                gr.Markdown(_trace_about(channels), elem_id="bs-about")
             _view_columns()
     return demo
 
@@ -197,13 +192,13 @@ def _replay_bar_html() -> str:
     )
 
 
-def _trace_about(replay: HubReplay) -> str:
-    header = replay.player.trace.header
+def _trace_about(channels: ReplayChannels) -> str:
+    header = channels.trace.header
     engine, hardware = header["engine"], header["hardware"]
     device = hardware.get("gpu") or f"{hardware['device']} ({hardware['cpu_count']} cores)"
     return (
-        f"**Replay · 回放** `{replay.name}`: {replay.model} on {device}, "
-        f"{replay.player.state.num_iterations} iterations.\n\n"
+        f"**Replay · 回放** `{channels.name}`: {header['model']['name']} on {device}, "
+        f"{channels.num_iterations} iterations.\n\n"
         f"Policy {engine['policy']}, token budget {engine['max_num_batched_tokens']}, "
         f"chunked prefill {'on' if engine['enable_chunked_prefill'] else 'off'}, "
         f"prefix caching {'on' if engine['enable_prefix_caching'] else 'off'}, "
@@ -223,9 +218,8 @@ def _effective_budget(llm: AsyncLLM, budget: int, chunked: bool) -> int:
     return config.max_num_batched_tokens
 
 
-def _owner(secret: bytes, request: gr.Request | None) -> str | None:
-    session = getattr(request, "session_hash", None)
-    return owner_token(secret, session) if session else None
+def _owner(identity: VisitorIdentity, request: gr.Request | None) -> str | None:
+    return identity.owner(request.cookies) if request is not None else None
 
 
 def _about(preset) -> str:

@@ -1,22 +1,30 @@
 """Viewer: one connected browser's bounded outbox.
 
-The hub pushes serialized frames; the viewer's websocket task pops and sends them. When the
-browser does not keep up the outbox drops its oldest frame instead of growing or making the
-hub wait, and marks the viewer for a resync snapshot, sent before its next frame.
+The hub pushes serialized frames; the viewer's transport task (websocket or SSE) pops and
+sends them. When the browser does not keep up the outbox drops its oldest frame instead of
+growing or making the hub wait, and marks the viewer for a resync snapshot, sent before its
+next frame. ``id`` is the opaque name of this connection, sent in its snapshot (``viewer``);
+the replay controls take it to act on this viewer's playback only.
 """
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections import deque
 from dataclasses import dataclass, field
 
 from .privacy import Audience
 
 
+def new_viewer_id() -> str:
+    return secrets.token_urlsafe(12)
+
+
 @dataclass(eq=False)
 class Viewer:
     audience: Audience
     capacity: int = 16
+    id: str = field(default_factory=new_viewer_id)
     dropped: int = 0
     needs_snapshot: bool = True  # the first message is always a snapshot
     _outbox: deque[str] = field(default_factory=deque)

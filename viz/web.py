@@ -1,93 +1,49 @@
-"""HTTP and websocket routes of the dashboard, installed on the FastAPI app before Gradio.
+"""The page's own files, installed on the FastAPI app before Gradio takes "/".
 
-- ``/ws/telemetry?owner=TOKEN``: the viewer stream (message format: hub.py); a token that owns
-  no request is served the anonymous viewers' frames.
 - ``/plotly.min.js``: plotly.js from the installed plotly wheel (never a CDN).
-- ``/batchscope/js/*.js`` (ES modules, entry ``js/main.js``), ``/batchscope/dashboard.css``,
-  ``/batchscope/strings.json``: the page's client.
-- ``POST /replay/{play,pause,step,seek,speed}?value=``: the replay bar's controls (replay mode).
+- ``/batchscope/<path>``: the browser client from assets/ (scripts, styles, and
+  ``strings.json``, the strings table both the page and the views read).
+
+The telemetry transports are in transport.py, the replay controls in replay_channels.py.
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from dataclasses import asdict
 from pathlib import Path
 
 import plotly
-from fastapi import FastAPI, HTTPException, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
-
-from .hub import TelemetryHub
-from .replay import ReplayPlayer
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
-CLIENT_FILES = {"dashboard.css": "text/css", "strings.json": "application/json",
-                **{p.relative_to(ASSETS).as_posix(): "text/javascript"
-                   for p in (ASSETS / "js").rglob("*.js")}}
+CLIENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css",
+                ".json": "application/json", ".svg": "image/svg+xml"}
 HEAD = (
     '<script src="/plotly.min.js"></script>\n'
     '<link rel="stylesheet" href="/batchscope/dashboard.css">\n'
     '<script type="module" src="/batchscope/js/main.js"></script>\n'
 )
-REPLAY_HEAD = HEAD
-REPLAY_ACTIONS = ("play", "pause", "step", "seek", "speed")
+REPLAY_HEAD = HEAD  # js/main.js starts the replay bar when the page has one
 
 
-def install_routes(app: FastAPI, hub: TelemetryHub) -> None:
+def install_page_routes(app: FastAPI) -> None:
     @app.get("/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
         return FileResponse(PLOTLY_JS, media_type="text/javascript",
                             headers={"Cache-Control": "public, max-age=86400"})
 
-    @app.get("/batchscope/{name:path}", include_in_schema=False)
-    def client_file(name: str) -> FileResponse:
-        if name not in CLIENT_FILES:
+    @app.get("/batchscope/{path:path}", include_in_schema=False)
+    def client_file(path: str) -> FileResponse:
+        file = client_path(path)
+        if file is None:
             raise HTTPException(404)
-        return FileResponse(ASSETS / name, media_type=CLIENT_FILES[name],
+        return FileResponse(file, media_type=CLIENT_TYPES[file.suffix],
                             headers={"Cache-Control": "no-cache"})
 
-    @app.websocket("/ws/telemetry")
-    async def telemetry(websocket: WebSocket, owner: str = "") -> None:
-        await websocket.accept()
-        viewer = hub.connect(owner)
-        sender = asyncio.create_task(_send_frames(websocket, hub, viewer))
-        try:
-            while True:  # the browser sends nothing; this notices when it leaves
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-        except WebSocketDisconnect:
-            pass
-        finally:
-            hub.disconnect(viewer)
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
 
-
-async def _send_frames(websocket: WebSocket, hub: TelemetryHub, viewer) -> None:
-    while True:
-        frame = await viewer.next_frame()
-        await websocket.send_text(frame if frame is not None else hub.snapshot(viewer.audience))
-
-
-def install_replay_routes(app: FastAPI, player: ReplayPlayer) -> None:
-    """The replay bar's buttons, speed and scrubber (assets/replay.js); answers the new state."""
-    @app.post("/replay/{action}", include_in_schema=False)
-    def control(action: str, value: float | None = None) -> dict:
-        if action not in REPLAY_ACTIONS:
-            raise HTTPException(404)
-        if action in ("seek", "speed") and value is None:
-            raise HTTPException(422, f"{action} needs ?value=")
-        try:
-            if action == "seek":
-                player.seek(int(value))
-            elif action == "speed":
-                player.set_speed(value)
-            else:
-                getattr(player, action)()
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
-        return asdict(player.state)
+def client_path(path: str) -> Path | None:
+    """The file of assets/ that ``/batchscope/<path>`` names, if it is a client file."""
+    file = (ASSETS / path).resolve()
+    if not file.is_relative_to(ASSETS) or file.suffix not in CLIENT_TYPES or not file.is_file():
+        return None
+    return file

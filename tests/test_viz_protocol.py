@@ -1,0 +1,127 @@
+"""Dashboard message protocol v2 over both transports (no engine: a hub fed by hand).
+
+Identity is the ``bs_visitor`` cookie: the server sets it, derives the owner from it, and a
+second connection with the same cookie (a reload) still reads that visitor's text."""
+import asyncio
+import json
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.testclient import TestClient
+from support.viewers import SECRET, serve_hub, sse_messages, ws_messages
+from test_viz_hub import arrival, delta, record
+
+from viz.colors import PALETTE
+from viz.hub import TelemetryHub
+from viz.identity import COOKIE, VisitorCookies, VisitorIdentity, new_visitor_id
+
+ALICE, BOB = new_visitor_id(), new_visitor_id()
+TRANSPORTS = {"websocket": ws_messages, "sse": sse_messages}
+
+
+def has_text(rid: str, text: str):
+    """Done once a frame carried ``text`` for ``rid``, or a snapshot listed it."""
+    def done(messages):
+        return any(e["request_id"] == rid and e["text"] == text
+                   for m in messages for e in m.get("events", []) + m.get("requests", []))
+    return done
+
+
+def count(n: int):
+    return lambda messages: len(messages) >= n
+
+
+@pytest.fixture
+def hub():
+    hub = TelemetryHub()
+    hub.set_meta_provider(lambda: {"palette": list(PALETTE)})
+    return hub
+
+
+def alices_request(hub: TelemetryHub) -> None:
+    owner = VisitorIdentity(SECRET).owner({COOKIE: ALICE})
+    hub.claim("a1", owner, "alice's question")
+    hub.publish_event(arrival("a1", "alice's secret prompt"))
+    hub.publish_record(record(0, "a1", token=99))
+    hub.publish_event(delta("a1", "alice's answer"))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_cookie_decides_whose_text_a_viewer_reads(hub, transport):
+    collect = TRANSPORTS[transport]
+    with serve_hub(hub) as server:
+        live = asyncio.run(collect(server.url, has_text("a1", "alice's answer"), 15, ALICE,
+                                   action=lambda: alices_request(hub)))
+        reload = asyncio.run(collect(server.url, count(1), 15, ALICE))  # a new page load
+        stranger = asyncio.run(collect(server.url, count(1), 15, BOB))
+        anonymous = asyncio.run(collect(server.url, count(1), 15, None))
+    assert has_text("a1", "alice's answer")(live)
+    [mine] = reload[0]["requests"]
+    assert mine["mine"] and mine["visible"] and mine["prompt"] == "alice's secret prompt"
+    for other in (stranger, anonymous):
+        [entry] = other[0]["requests"]
+        assert not entry["mine"] and not entry["visible"]
+        assert entry["text"] == "" and entry["prompt"] is None and entry["label"] is None
+        assert "alice" not in json.dumps(other)
+        assert other[0]["records"][0]["sampled"] == {"a1": -1}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_snapshot_names_the_viewer_and_brings_meta_and_status(hub, transport):
+    with serve_hub(hub) as server:
+        first, second = (asyncio.run(TRANSPORTS[transport](server.url, count(3), 20, ALICE))
+                         for _ in range(2))
+    snapshot = first[0]
+    assert snapshot["type"] == "snapshot" and snapshot["meta"] == {"palette": list(PALETTE)}
+    assert snapshot["viewer"] and snapshot["viewer"] != second[0]["viewer"]
+    assert ALICE not in json.dumps(first)  # the visitor id never comes back
+    # with nothing happening, status frames keep coming (a silent stream is a dead one)
+    assert [m["type"] for m in first[1:3]] == ["frame", "frame"]
+    assert all(m["status"]["viewers"] >= 1 for m in first)
+
+
+def cookie_app() -> FastAPI:
+    app = FastAPI()
+    app.add_middleware(VisitorCookies)
+    identity = VisitorIdentity(SECRET)
+
+    @app.get("/")
+    def page(request: Request) -> dict:
+        return {"owner": identity.owner(request.cookies)}
+
+    @app.get("/v1/models")
+    def api(request: Request) -> dict:
+        return {"owner": identity.owner(request.cookies)}
+
+    return app
+
+
+def test_pages_set_a_visitor_cookie_once_and_api_routes_none():
+    client = TestClient(cookie_app())
+    first = client.get("/")
+    set_cookie = first.headers["set-cookie"]
+    assert set_cookie.startswith(f"{COOKIE}=") and "HttpOnly" in set_cookie
+    assert "SameSite=Lax" in set_cookie and "Path=/" in set_cookie
+    visitor = client.cookies[COOKIE]
+    assert len(visitor) == 32 and int(visitor, 16) >= 0  # 128 random bits
+    # the very first request already has its owner, the same one the cookie gives later
+    again = client.get("/")
+    assert "set-cookie" not in again.headers
+    assert first.json()["owner"] == again.json()["owner"] == \
+        VisitorIdentity(SECRET).owner({COOKIE: visitor})
+    assert "set-cookie" not in TestClient(cookie_app()).get("/v1/models").headers
+
+
+@pytest.mark.parametrize("forged", ["", "not-hex", "0" * 31, "x" * 32, ALICE.upper()])
+def test_a_forged_or_malformed_cookie_is_replaced(forged):
+    client = TestClient(cookie_app(), cookies={COOKIE: forged})
+    response = client.get("/")
+    assert response.headers["set-cookie"].startswith(f"{COOKIE}=")
+    assert response.json()["owner"] is not None
+    assert VisitorIdentity(SECRET).owner({COOKIE: forged}) is None
+
+
+def test_owners_are_derived_under_the_server_secret():
+    assert VisitorIdentity(b"one").owner({COOKIE: ALICE}) != \
+        VisitorIdentity(b"two").owner({COOKIE: ALICE})
+    assert ALICE not in VisitorIdentity(b"one").owner({COOKIE: ALICE})

@@ -1,0 +1,47 @@
+"""The page's strings in English and Chinese, from assets/strings.json (section "page").
+
+One table holds every string a viewer reads: the Gradio labels and messages come from its
+"page" section through this module; the browser fetches the whole file from
+``/batchscope/strings.json`` ("views" is the section the views draw). A text is shown in
+both languages, "English · 中文", unless one is asked for; ``{name}`` fields are filled in.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+STRINGS_PATH = Path(__file__).resolve().parent.parent / "assets" / "strings.json"
+LANGUAGES = ("en", "zh")
+JOINT = " · "
+
+
+@dataclass(frozen=True, slots=True)
+class Strings:
+    table: dict[str, dict[str, str]]
+
+    def text(self, key: str, language: str, **fields) -> str:
+        return self.table[key][language].format(**fields)
+
+    def en(self, key: str, **fields) -> str:
+        return self.text(key, "en", **fields)
+
+    def zh(self, key: str, **fields) -> str:
+        return self.text(key, "zh", **fields)
+
+    def both(self, key: str, **fields) -> str:
+        """"English · 中文" (one text when both languages say the same)."""
+        en, zh = self.en(key, **fields), self.zh(key, **fields)
+        return en if en == zh else en + JOINT + zh
+
+
+def load_strings(path: Path = STRINGS_PATH) -> Strings:
+    page = json.loads(Path(path).read_text(encoding="utf-8"))["page"]
+    for key, texts in page.items():
+        missing = [lang for lang in LANGUAGES if not texts.get(lang)]
+        if missing:
+            raise ValueError(f"strings.json: page.{key} lacks {missing}")
+    return Strings(page)
+
+
+PAGE = load_strings()
