@@ -23,7 +23,7 @@ function badge(entry, t) {
   const p = entry.progress;
   if (entry.status === "finished") {
     const reason = entry.finish_reason || "stop";
-    return t("state.finished", { reason: t.has(`reason.${reason}`) ? t(`reason.${reason}`) : reason });
+    return t("state.finished", { reason: t.has(`reason.${reason}`) ? t.pair(`reason.${reason}`) : reason });
   }
   if (entry.status === "prefilling" && p) {
     return t("state.prefilling_n", { done: p.num_computed_tokens, target: p.prefill_target });

@@ -50,8 +50,10 @@ function viewContext(element) {
 function drawViews() {
   const elements = VIEWS.map((v) => document.getElementById(v.id));
   if (!window.Plotly || !page.state.meta || elements.some((e) => !e)) return false;
+  const records = page.state.records, last = records[records.length - 1];
   VIEWS.forEach((v, i) => {
-    const figure = v.build(page.state.records, viewContext(elements[i]));
+    const figure = v.build(records, viewContext(elements[i]));
+    figure.layout.meta = { step: last ? last.step : null };  // which step is drawn (for tests)
     window.Plotly.react(elements[i], figure.data, figure.layout, { displayModeBar: false, responsive: false });
     remember(page.seen[v.key], figure.ids);
   });

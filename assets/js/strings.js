@@ -5,15 +5,16 @@
 export const LANGUAGES = ["both", "en", "zh"];
 const STORAGE_KEY = "batchscope.lang";
 
-// t(key, vars) for ``lang``: the entry's template with {name} filled from ``vars``. An unknown
-// key is shown as itself, so a missing string is visible rather than blank.
+// t(key, vars) for ``lang``: the entry's template with {name} filled from ``vars`` (a value that
+// is itself translated, t.pair(key), fills each language with its own words). An unknown key is
+// shown as itself, so a missing string is visible rather than blank.
 // t.parts(key, vars) gives the shown languages apart ([en, zh] for "both"), for texts that may
 // wrap between them; t.short(key, vars) joins them with "/" (a word or two: "waiting/..." for the counts).
 export function translator(table, lang = "both") {
   const parts = (key, vars = {}) => {
     const entry = table[key];
     if (!entry) return [key];
-    const en = fill(entry.en, vars), zh = fill(entry.zh, vars);
+    const en = fill(entry.en, vars, "en"), zh = fill(entry.zh, vars, "zh");
     if (lang === "en") return [en];
     if (lang === "zh") return [zh];
     return en === zh ? [en] : [en, zh];
@@ -22,12 +23,18 @@ export function translator(table, lang = "both") {
   t.parts = parts;
   t.short = (key, vars) => parts(key, vars).join("/");
   t.has = (key) => Object.prototype.hasOwnProperty.call(table, key);
+  t.pair = (key, vars = {}) => (table[key]
+    ? { en: fill(table[key].en, vars, "en"), zh: fill(table[key].zh, vars, "zh") } : { en: key, zh: key });
   t.lang = lang;
   return t;
 }
 
-function fill(template, vars) {
-  return String(template).replace(/\{(\w+)\}/g, (match, name) => (name in vars ? String(vars[name]) : match));
+function fill(template, vars, lang) {
+  return String(template).replace(/\{(\w+)\}/g, (match, name) => {
+    if (!(name in vars)) return match;
+    const value = vars[name];
+    return String(value !== null && typeof value === "object" ? value[lang] : value);
+  });
 }
 
 export async function loadStrings(fetchImpl = fetch) {

@@ -93,3 +93,8 @@ function drawnToSize(ids) {
     return gd && Math.abs(gd._fullLayout.width - gd.clientWidth) <= 1 && Math.abs(gd._fullLayout.height - gd.clientHeight) <= 1;
   });
 }
+
+// The step each view draws (layout.meta.step, set by js/main.js), or null.
+function drawnSteps(ids) {
+  return ids.map((id) => { const gd = figureOf(id); return gd && gd._fullLayout.meta ? gd._fullLayout.meta.step : null; });
+}

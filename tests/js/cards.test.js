@@ -17,6 +17,8 @@ test("badges say each state, in the strings' words", () => {
   assert.equal(cardView(entry({ status: "finished", finish_reason: "length" }), t()).badge, "finished (length)");
   assert.equal(cardView(entry({ status: "decoding" }), t("zh")).badge, "解码中");
   assert.equal(cardView(entry({ status: "preempted" }), t("both")).badge, "preempted · 被抢占");
+  assert.equal(cardView(entry({ status: "finished", finish_reason: "length" }), t("both")).badge,
+    "finished (length) · 已完成（达到长度）");
 });
 
 test("a card shows the whole prompt, and offers to expand a long one", () => {
