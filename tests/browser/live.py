@@ -27,7 +27,8 @@ class Live:
 
     def metrics(self) -> dict[str, float]:
         text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
-        return {m[1]: float(m[2]) for m in re.finditer(r"^(batchscope_\w+) ([0-9.e+-]+)$", text, re.M)}
+        pattern = re.compile(r"^(batchscope_\w+) ([0-9.e+-]+)$", re.MULTILINE)
+        return {m[1]: float(m[2]) for m in pattern.finditer(text)}
 
 
 @contextmanager
