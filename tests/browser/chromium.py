@@ -73,3 +73,11 @@ def wait_for(driver, condition, what, timeout: float = 60):
 def drawn(driver, function: str, *args):
     """``function`` of drawn.js applied to ``args`` in the page."""
     return driver.execute_script(f"{DRAWN_JS}\nreturn {function}(...arguments);", *args)
+
+
+def scrub(driver, iteration: int) -> None:
+    """Drag the replay bar's scrubber to ``iteration`` (0-based)."""
+    driver.execute_script(
+        "const s = document.getElementById('bs-replay-scrubber'); s.value = arguments[0];"
+        "s.dispatchEvent(new Event('input', {bubbles: true}));"
+        "s.dispatchEvent(new Event('change', {bubbles: true}));", iteration)

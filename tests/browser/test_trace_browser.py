@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, wait_for
+from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, scrub, wait_for
 
 from viz.captions import VIEWS
 from viz.export import summarize, to_html_report
@@ -54,13 +54,6 @@ def views_with_data(driver) -> list[str]:
     return driver.execute_script(
         "return arguments[0].filter(id => { const d = document.getElementById(id);"
         " return d && d.data && d.data.length > 0; });", [v.elem_id for v in VIEWS])
-
-
-def scrub(driver, iteration: int) -> None:
-    driver.execute_script(
-        "const s = document.getElementById('bs-replay-scrubber'); s.value = arguments[0];"
-        "s.dispatchEvent(new Event('input', {bubbles: true}));"
-        "s.dispatchEvent(new Event('change', {bubbles: true}));", iteration)
 
 
 def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):

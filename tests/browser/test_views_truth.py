@@ -2,8 +2,12 @@
 trace; no label is cut or overlaps another at three screen sizes."""
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+
 import pytest
-from chromium import chromium, debug, drawn, needs_chromium, viewport, wait_for
+from chromium import ROOT, chromium, debug, drawn, needs_chromium, scrub, viewport, wait_for
 from truth import (
     VIEWS,
     assert_texts_readable,
@@ -39,13 +43,6 @@ def show_iteration(driver, trace, i: int) -> dict:
         scrub(driver, i)
     wait_for(driver, lambda: shows(driver, record), f"step {record['step']} drawn")
     return record
-
-
-def scrub(driver, iteration: int) -> None:
-    driver.execute_script(
-        "const s = document.getElementById('bs-replay-scrubber'); s.value = arguments[0];"
-        "s.dispatchEvent(new Event('input', {bubbles: true}));"
-        "s.dispatchEvent(new Event('change', {bubbles: true}));", iteration)
 
 
 def test_token_layout_rows_span_num_rows_on_the_budget_axis(replay_page, trace):
@@ -97,3 +94,35 @@ def layout_title(driver) -> str | None:
     texts = drawn(driver, "drawnTexts", "bs-token-layout")
     titles = [t for t in texts["texts"] if t["kind"] == "annotation"] if texts else []
     return titles[0]["text"] if titles else None
+
+
+def covered(char: str) -> bool:
+    """Whether an installed font has a glyph for ``char`` (else Chromium draws an empty box)."""
+    found = subprocess.run(["fc-list", f":charset={ord(char):x}", "family"], capture_output=True,
+                           text=True, check=True)
+    return bool(found.stdout.strip())
+
+
+CHROME_TEXT = """
+  const skip = new Set([...document.querySelectorAll('.bs-req-prompt, .bs-req-text')]);
+  const parts = [];
+  for (const id of ['bs-header-wrap', 'bs-views-wrap', 'bs-texts-wrap', 'bs-replay-wrap']) {
+    const root = document.getElementById(id);
+    if (!root) continue;
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (![...skip].some((s) => s.contains(node))) parts.push(node.textContent);
+    }
+  }
+  return parts.join('');"""
+
+
+@pytest.mark.skipif(not shutil.which("fc-list"), reason="fontconfig's fc-list is not installed")
+def test_every_glyph_on_the_page_and_in_the_strings_is_in_an_installed_font(replay_page, trace):
+    show_iteration(replay_page, trace, 30)
+    shown = replay_page.execute_script(CHROME_TEXT)
+    table = json.loads((ROOT / "assets" / "strings.json").read_text(encoding="utf-8"))["views"]
+    strings = "".join(entry[lang] for entry in table.values() for lang in ("en", "zh"))
+    chars = sorted({c for c in shown + strings if not c.isspace()})
+    assert len(chars) > 60 and any("\u4e00" <= c <= "\u9fff" for c in chars)
+    assert [c for c in chars if not covered(c)] == []
