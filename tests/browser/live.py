@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from chromium import debug, wait_for
+from truth import shows
 from support.server import BackgroundServer
 
 import app as dashboard
@@ -91,3 +92,12 @@ def fire(driver) -> list[str]:
 def presenter(driver, control: str) -> None:
     """Click the presenter's pause / step / resume button."""
     driver.find_element("id", f"bs-{control}").click()
+
+
+def step(driver, live: Live) -> dict:
+    """One presenter step: the engine's new record, once every view draws it."""
+    before = live.last_record()
+    presenter(driver, "step")
+    record = wait_for(driver, lambda: (r := live.last_record()) is not before and r, "the engine to step")
+    wait_for(driver, lambda: shows(driver, record), f"step {record['step']} drawn")
+    return record

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from chromium import chromium, debug, needs_chromium, wait_for
-from live import choose_preset, fire, live_dashboard, open_page, presenter
-from truth import check_views, shows
+from live import choose_preset, fire, live_dashboard, open_page, presenter, step
+from truth import check_views
 
 pytestmark = needs_chromium
 MAX_STEPS = 40
@@ -56,15 +56,6 @@ def counts_when_settled(driver, live, moment: str) -> dict:
     except AssertionError:
         pass
     return seen
-
-
-def step(driver, live) -> dict:
-    """One presenter step: the engine's new record, once every view draws it."""
-    before = live.last_record()
-    presenter(driver, "step")
-    record = wait_for(driver, lambda: (r := live.last_record()) is not before and r, "the engine to step")
-    wait_for(driver, lambda: shows(driver, record), f"step {record['step']} drawn")
-    return record
 
 
 RUN: dict = {"records": [], "counts": []}  # the article run, shared by the tests below

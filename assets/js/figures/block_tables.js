@@ -15,12 +15,13 @@ export function blockTables(records, view) {
   const plotWidth = view.size.width - margin.l - margin.r;
   const titles = panelTitles(record, view, ids.length, margin, plotWidth);
   const t = view.t;
+  const tables = tableCells(record, view, ids);
   const logical = fitParts([...t.parts("blocks.logical"), ...t.parts("blocks.size", { size: record.kv.block_size }),
-    ...t.parts("blocks.shared")], { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
+    ...(tables.shared.x.length ? t.parts("blocks.shared") : [])],
+  { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
   const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 3 });
   Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * 16 + 24 });
   const plotHeight = view.size.height - margin.t - margin.b;
-  const tables = tableCells(record, view, ids);
   const tableCell = cellPixels(plotWidth * (TABLES[1] - TABLES[0]), plotHeight, tables.columns, ids.length);
   const data = [tablesTrace(tables, ids, tableCell, view.meta), sharedMarkers(tables, tableCell)];
   const pool = record.kv.ref_counts ? poolTrace(record, view, plotWidth, plotHeight) : null;

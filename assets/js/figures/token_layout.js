@@ -71,7 +71,7 @@ function stripBars(record, view, xaxis, yaxis, role) {
     type: "bar", orientation: "h", x: [s.num_rows], base: [s.row_start], y: [0], xaxis, yaxis,
     width: 0.9, name: esc(s.request_id), meta: { role, rid: s.request_id },
     text: [`${esc(s.request_id)} ${s.num_rows}`], textposition: "inside", insidetextanchor: "middle",
-    textangle: 0, textfont: { color: THEME.outline, size: 12 }, marker: segmentMarker(view, s, 1),
+    textangle: 0, textfont: { color: THEME.outline, size: 12 }, marker: segmentMarker(view, s, 0.5),
     hovertemplate: `${esc(s.request_id)} · ${kindText(view.t, s.kind)}<br>${rowsText(view.t, s.row_start, s.num_rows)}` +
       `<br>${view.t("hover.positions", { first: s.num_cached, last: s.num_keys - 1 })}<extra></extra>`,
   }));
