@@ -28,17 +28,18 @@ export function textWidth(html, size) {
   return em * size * SPARE;
 }
 
-// ``parts`` (Plotly HTML strings, or {text, before} to join a part with ``before`` instead of
-// ``separator``) wrapped into at most ``maxLines`` lines of at most ``width`` px. Returns
-// {text, lines, hover}: ``hover`` is the whole plain text when something had to be cut.
+// ``parts`` (Plotly HTML strings, or {text, before, lead}: joined with ``before`` instead of
+// ``separator``, and led by ``lead`` when it starts a line) wrapped into at most ``maxLines``
+// lines of at most ``width`` px. Returns {text, lines, hover}: ``hover`` is the whole plain
+// text when something had to be cut.
 export function fitParts(parts, { width, size, separator = " · ", maxLines = 2 }) {
   const items = parts.filter(Boolean).map((p) => (typeof p === "string" ? { text: p, before: separator } : p));
   const lines = [];
   let current = "";
-  for (const { text, before } of items) {
+  for (const { text, before, lead = "" } of items) {
     const joined = current ? current + before + text : text;
     if (!current || textWidth(joined, size) <= width) current = joined;
-    else { lines.push(current); current = text; }
+    else { lines.push(current); current = lead + text; }
   }
   if (current) lines.push(current);
   const whole = plainText(items.map((p, i) => (i ? p.before : "") + p.text).join(""));

@@ -73,6 +73,17 @@ test("token layout: the title fits its width and says the whole sum, '1 row' for
   }
 });
 
+test("token layout: the title wraps between the sum's terms, so no step's title is cut at 540 px", () => {
+  for (const history of windows) {
+    const record = history[history.length - 1];
+    const title = tokenLayout(history, view({ width: 540, lang: "both" })).layout.annotations[0];
+    assert.equal(title.hovertext, undefined, plainText(title.text));
+    for (const s of record.segments.length <= 6 ? record.segments : []) {
+      assert.ok(plainText(title.text).includes(`${s.request_id} ${s.num_rows}`));
+    }
+  }
+});
+
 test("token layout: 'stalled: A35, B36' under prefill_first is shown whole", () => {
   const record = { ...records[50], policy: "prefill_first", segments: [records[50].segments[0]],
     requests: { ...records[50].requests, A35: { status: "decoding" }, B36: { status: "decoding" } } };

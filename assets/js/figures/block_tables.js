@@ -16,9 +16,8 @@ export function blockTables(records, view) {
   const titles = panelTitles(record, view, ids.length, margin, plotWidth);
   const t = view.t;
   const tables = tableCells(record, view, ids);
-  const logical = fitParts([...t.parts("blocks.logical"), ...t.parts("blocks.size", { size: record.kv.block_size }),
-    ...(tables.shared.x.length ? t.parts("blocks.shared") : [])],
-  { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
+  const logical = fitParts([...t.parts("blocks.logical"), ...(tables.shared.x.length ? t.parts("blocks.shared") : [])],
+    { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
   const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 3 });
   Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * 16 + 24 });
   const plotHeight = view.size.height - margin.t - margin.b;
@@ -42,9 +41,9 @@ export function blockTables(records, view) {
 // The two panel titles, each fitted over its own half so they never meet.
 function panelTitles(record, view, shown, margin, plotWidth) {
   const t = view.t, total = Object.keys(record.block_tables).length;
-  const left = t.parts("blocks.title");
+  const left = [...t.parts("blocks.title"), ...t.parts("blocks.size", { size: record.kv.block_size })];
   if (total > shown) left.push(...t.parts("blocks.some", { shown, total }));
-  const tables = titleAnnotation(left, { widthPx: plotWidth * TABLES[1] + margin.l - 8 });
+  const tables = titleAnnotation(left, { widthPx: plotWidth * TABLES[1] + margin.l - 8, maxLines: 3 });
   tables.annotation.xshift = -margin.l + 4;
   const pool = titleAnnotation(t.parts("blocks.pool", { n: record.kv.num_blocks }),
     { widthPx: plotWidth * (1 - POOL[0]), x: 1, xanchor: "right" });

@@ -106,13 +106,13 @@ function historyBars(records, view) {
 // "step 12: A 1 + B 1 + C 100 = 102 rows of 512 · stalled: A35, B36", in wrap-able parts.
 function titleParts(record, view) {
   const t = view.t, segments = record.segments;
-  const sum = segments.length && segments.length <= MAX_SUM_TERMS
-    ? segments.map((s) => `<span style="color:${colorOf(view, s.request_id)}">${esc(s.request_id)} ${s.num_rows}</span>`).join(" + ")
-    : t("layout.requests", { n: segments.length });
+  const terms = segments.length && segments.length <= MAX_SUM_TERMS
+    ? segments.map((s, i) => ({ text: `<span style="color:${colorOf(view, s.request_id)}">${esc(s.request_id)} ${s.num_rows}</span>`,
+      before: i ? " + " : " ", lead: i ? "+ " : "" }))
+    : [{ text: t("layout.requests", { n: segments.length }), before: " " }];
   const [rows, ...rowsOther] = t.parts(record.num_rows === 1 ? "layout.rows_one" : "layout.rows",
     { rows: `<b>${record.num_rows}</b>`, budget: record.token_budget });
-  const parts = [`${t("layout.step", { step: record.step })}:`, { text: sum, before: " " },
-    { text: `= ${rows}`, before: " " }, ...rowsOther];
+  const parts = [`${t("layout.step", { step: record.step })}:`, ...terms, { text: `= ${rows}`, before: " " }, ...rowsOther];
   if (record.policy !== "mixed") parts.push(...t.parts(`policy.${record.policy}`));
   const stalled = stalledIds(record);
   if (stalled.length) {
