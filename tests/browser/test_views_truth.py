@@ -126,3 +126,33 @@ def test_every_glyph_on_the_page_and_in_the_strings_is_in_an_installed_font(repl
     chars = sorted({c for c in shown + strings if not c.isspace()})
     assert len(chars) > 60 and any("\u4e00" <= c <= "\u9fff" for c in chars)
     assert [c for c in chars if not covered(c)] == []
+
+
+def test_the_replay_says_replay_not_live(replay_page, trace):
+    show_iteration(replay_page, trace, 1)
+    tagline = replay_page.execute_script("return document.querySelector('#bs-header .bs-tagline').textContent")
+    status = replay_page.execute_script("return document.getElementById('bs-status').textContent")
+    assert "replay" in tagline and "live" not in tagline
+    assert status.startswith("● replay") and "live" not in status
+
+
+def test_a_zoom_survives_the_next_steps(replay_page, trace):
+    show_iteration(replay_page, trace, 20)
+    replay_page.execute_script(
+        "Plotly.relayout(document.getElementById('bs-token-layout'), {'xaxis2.range': [5.5, 12.5]})")
+    for i in (21, 22):
+        show_iteration(replay_page, trace, i)
+        assert drawn(replay_page, "drawnFigure", "bs-token-layout")["axes"]["x2"]["range"] == [5.5, 12.5]
+
+
+def test_chinese_only_views_speak_chinese(replay_page, trace):
+    replay_page.execute_script("window.batchscope.setLanguage('zh')")
+    try:
+        record = show_iteration(replay_page, trace, 5)
+        title = wait_for(replay_page, lambda: (t := layout_title(replay_page)) and t.startswith("第") and t,
+                         "the Chinese title")
+        assert title.startswith(f"第 {record['step']} 步:") and "rows" not in title
+        texts = drawn(replay_page, "drawnTexts", "bs-timing")["texts"]
+        assert not [t["text"] for t in texts if t["kind"] != "tick" and "step" in t["text"]]
+    finally:
+        replay_page.execute_script("window.batchscope.setLanguage('both')")

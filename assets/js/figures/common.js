@@ -88,12 +88,12 @@ export function axisTitle(parts, lengthPx, maxLines = 2) {
   return { text: fit.text, lines: fit.lines, font: { size: 12 } };
 }
 
-// Integer ticks for a step axis: whole steps, never fractions, a tick at least every ``px``.
+// A step axis: whole steps only (never fractions), a tick at least every 48 px. The range is
+// left to autorange, so a zoom the user made stays (uirevision) while new steps arrive.
 export function stepAxis(first, last, plotWidth, extra) {
   const span = Math.max(1, last - first + 1);
   const most = Math.max(1, Math.floor(plotWidth / 48));
   let dtick = 1;
   for (const d of [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]) { dtick = d; if (span / d <= most) break; }
-  return axis({ range: [first - 0.5, last + 0.5], tickmode: "linear", tick0: 0, dtick,
-    tickformat: "d", ...extra });
+  return axis({ autorange: true, tickmode: "linear", tick0: 0, dtick, tickformat: "d", ...extra });
 }
