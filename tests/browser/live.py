@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from chromium import debug, wait_for
-from truth import shows
 from support.server import BackgroundServer
+from truth import shows
 
 import app as dashboard
 

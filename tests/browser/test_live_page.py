@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from chromium import chromium, debug, needs_chromium, wait_for
 from live import choose_preset, fire, live_dashboard, open_page, presenter, step
-from truth import check_views
+from truth import check_views, shows
 
 pytestmark = needs_chromium
 MAX_STEPS = 40

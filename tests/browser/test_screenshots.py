@@ -8,7 +8,16 @@ import json
 import os
 
 import pytest
-from chromium import ROOT, SHOTS, chromium, debug, drawn, needs_chromium, viewport, wait_for
+from chromium import (
+    ROOT,
+    SHOTS,
+    chromium,
+    debug,
+    drawn,
+    needs_chromium,
+    viewport,
+    wait_for,
+)
 from live import choose_preset, fire, live_dashboard, open_page, presenter, step
 from truth import VIEWS, assert_texts_readable
 

@@ -7,7 +7,16 @@ import shutil
 import subprocess
 
 import pytest
-from chromium import ROOT, chromium, debug, drawn, needs_chromium, scrub, viewport, wait_for
+from chromium import (
+    ROOT,
+    chromium,
+    debug,
+    drawn,
+    needs_chromium,
+    scrub,
+    viewport,
+    wait_for,
+)
 from truth import (
     VIEWS,
     assert_texts_readable,
