@@ -85,7 +85,7 @@ def test_an_html_prompt_is_shown_as_text_and_runs_nothing(page):
                      f"{ {rid: panel(page, rid, '.bs-req-prompt') for rid in ids} }")
     time.sleep(1.0)  # give an injected onerror handler time to fire, if there were one
     with pytest.raises(NoAlertPresentException):
-        page.switch_to.alert.text
+        _ = page.switch_to.alert.text
     assert page.execute_script("return document.querySelectorAll('#bs-texts img').length") == 0
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.save_screenshot(str(SHOTS / "html_prompt.png"))
