@@ -73,7 +73,8 @@ def choose_preset(driver, title_part: str) -> None:
 
 
 def fire(driver) -> list[str]:
-    """Click Fire; the new ids the page's fire status names."""
+    """Click Fire; the new ids the page's fire status names (an earlier shot's status, shown
+    again while the page updates, does not count)."""
     from selenium.webdriver.common.by import By
 
     known = set(debug(driver)["requests"])
@@ -82,8 +83,9 @@ def fire(driver) -> list[str]:
         text = driver.find_element(By.ID, "bs-fire-status").text
         if ":" not in text:
             return None
-        ids = re.findall(r"\b[A-Za-z]+\d+\b", text.split(":", 1)[1])
-        return ids if ids and not known & set(ids) else None
+        ids = text.rsplit(":", 1)[1].replace(" ", "").split(",")
+        well_formed = all(re.fullmatch(r"[A-Za-z]+\d+", rid) for rid in ids)  # no progress text
+        return ids if well_formed and not known & set(ids) else None
 
     driver.find_element(By.ID, "bs-fire").click()
     return wait_for(driver, fired, "the fire status", 30)

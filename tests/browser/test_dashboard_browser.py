@@ -1,13 +1,11 @@
 """The dashboard in headless Chromium: Fire fills all four views and the text panels, and an
 HTML prompt stays text. Screenshots go to out/screenshots/ (or $BATCHSCOPE_SCREENSHOTS)."""
-import re
 import time
 
 import pytest
 from chromium import SHOTS, chromium, debug, needs_chromium, wait_for
-from support.server import BackgroundServer
+from live import fire, live_dashboard, open_page
 
-import app as dashboard
 from viz.captions import VIEWS
 
 XSS = "<img src=x onerror=alert(1)>"
@@ -16,34 +14,9 @@ pytestmark = needs_chromium
 
 @pytest.fixture(scope="module")
 def page(tiny_model_dir):
-    args = dashboard.build_parser().parse_args(
-        ["--model", tiny_model_dir, "--num-kv-blocks", "256"])
-    app, llm, _ = dashboard.create_app(args)
-    with BackgroundServer(app) as server, chromium(1920, 1080) as driver:
-        llm.wait_ready(120)
-        driver.get(server.url + "/")
-        wait_for(driver, lambda: (state := debug(driver)) and state["viewer"]
-                 and (state["status"] or {}).get("state") == "ready", "the page to connect")
+    with live_dashboard(tiny_model_dir) as live, chromium(1920, 1080) as driver:
+        open_page(driver, live)
         yield driver
-
-
-def fire(driver) -> list[str]:
-    """Click Fire; return the new ids the status line reports (an earlier shot's status line,
-    shown again while the page updates, does not count)."""
-    from selenium.webdriver.common.by import By
-
-    known = set((debug(driver) or {}).get("requests", []))
-
-    def fired() -> list[str] | None:
-        text = driver.find_element(By.ID, "bs-fire-status").text
-        if not text.startswith("Fired") or ":" not in text:
-            return None
-        ids = text.split(":", 1)[1].replace(" ", "").split(",")
-        well_formed = all(re.fullmatch(r"[A-Za-z]+\d+", rid) for rid in ids)  # no progress text
-        return ids if well_formed and not known & set(ids) else None
-
-    driver.find_element(By.ID, "bs-fire").click()
-    return wait_for(driver, fired, "the fire status", 30)
 
 
 def panel(driver, rid: str, part: str) -> str:
