@@ -1,6 +1,9 @@
-"""Fixtures of the browser tests: the shipped trace and ``app.py --replay`` in its own process."""
+"""Fixtures of the browser tests: the shipped trace's records (read here, as plain JSON Lines)
+and ``app.py --replay`` of it in its own process."""
 from __future__ import annotations
 
+import gzip
+import json
 import subprocess
 import sys
 import time
@@ -10,8 +13,6 @@ from pathlib import Path
 
 import pytest
 from support.server import free_port
-
-from viz.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
@@ -25,9 +26,12 @@ class ReplayServer:
 
 
 @pytest.fixture(scope="module")
-def trace():
+def records() -> list[dict]:
+    """The IterationRecord dicts of the shipped trace, in order."""
     assert SHIPPED, "assets/traces/ holds no trace"
-    return load_trace(SHIPPED[0])
+    with gzip.open(SHIPPED[0], "rt", encoding="utf-8") as lines:
+        entries = [json.loads(line) for line in lines if line.strip()]
+    return [e["data"] for e in entries if e.get("type") == "record"]
 
 
 @pytest.fixture(scope="module")

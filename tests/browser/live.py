@@ -79,13 +79,11 @@ def fire(driver) -> list[str]:
 
     known = set(debug(driver)["requests"])
 
-    def fired() -> list[str] | None:
+    def fired() -> list[str] | None:  # "Fired 3: A1, B2, C3" (then maybe " · " and the Chinese)
         text = driver.find_element(By.ID, "bs-fire-status").text
-        if ":" not in text:
-            return None
-        ids = text.rsplit(":", 1)[1].replace(" ", "").split(",")
-        well_formed = all(re.fullmatch(r"[A-Za-z]+\d+", rid) for rid in ids)  # no progress text
-        return ids if well_formed and not known & set(ids) else None
+        found = re.search(r":\s*([A-Za-z]+\d+(?:,\s*[A-Za-z]+\d+)*)\s*(?:·|$)", text)
+        ids = re.split(r",\s*", found[1]) if found else []
+        return ids if ids and not known & set(ids) else None
 
     driver.find_element(By.ID, "bs-fire").click()
     return wait_for(driver, fired, "the fire status", 30)

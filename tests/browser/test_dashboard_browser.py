@@ -5,8 +5,7 @@ import time
 import pytest
 from chromium import SHOTS, chromium, debug, needs_chromium, wait_for
 from live import fire, live_dashboard, open_page
-
-from viz.captions import VIEWS
+from truth import VIEWS
 
 XSS = "<img src=x onerror=alert(1)>"
 pytestmark = needs_chromium
@@ -35,8 +34,8 @@ def test_fire_fills_the_four_views_and_the_text_panels(page):
     for view in VIEWS:
         traces = page.execute_script(
             "const d = document.getElementById(arguments[0]); return d && d.data ? d.data.length : 0;",
-            view.elem_id)
-        assert traces > 0, view.elem_id
+            view)
+        assert traces > 0, view
     for rid in ids:
         assert panel(page, rid, ".bs-req-text"), rid
         assert panel(page, rid, ".bs-rid") == rid

@@ -14,8 +14,8 @@ def position(driver) -> tuple[int, int] | None:
     return (replay["iteration"], state["lastStep"]) if replay else None
 
 
-def test_one_visitor_scrubbing_and_stepping_leaves_the_other_in_place(replay_server, trace):
-    steps = [r["step"] for r in trace.records]
+def test_one_visitor_scrubbing_and_stepping_leaves_the_other_in_place(replay_server, records):
+    steps = [r["step"] for r in records]
     with chromium(1366, 768) as first, chromium(1366, 768) as second:
         for driver in (first, second):
             driver.get(replay_server.url + "/")

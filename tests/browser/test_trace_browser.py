@@ -11,12 +11,19 @@ from pathlib import Path
 
 import pytest
 from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, scrub, wait_for
+from live import fire, live_dashboard, open_page
+from truth import VIEWS
 
-from viz.captions import VIEWS
 from viz.export import summarize, to_html_report
 from viz.trace import load_trace
 
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
+
+
+@pytest.fixture(scope="module")
+def trace():
+    assert SHIPPED, "assets/traces/ holds no trace"
+    return load_trace(SHIPPED[0])
 
 
 def test_replay_process_runs_without_torch(replay_server):
@@ -53,7 +60,7 @@ def shown_step(driver) -> int | None:
 def views_with_data(driver) -> list[str]:
     return driver.execute_script(
         "return arguments[0].filter(id => { const d = document.getElementById(id);"
-        " return d && d.data && d.data.length > 0; });", [v.elem_id for v in VIEWS])
+        " return d && d.data && d.data.length > 0; });", VIEWS)
 
 
 def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
@@ -76,7 +83,7 @@ def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
     assert texts and any(texts.values())  # the text panels replay the generated text
     scrub(browser, 20)
     wait_for(browser, lambda: shown_step(browser) == steps[20], "scrubbing back")
-    assert views_with_data(browser) == [v.elem_id for v in VIEWS]
+    assert views_with_data(browser) == VIEWS
 
     # The slowest speed, so the trace (about 15 s at 1x) is surely still playing when the pause
     # lands, even when a busy machine's browser reads its frames seconds late.
@@ -113,26 +120,16 @@ def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):
 
 def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model_dir):
     from selenium.webdriver.common.by import By
-    from support.server import BackgroundServer
 
-    import app as dashboard
-
-    args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "256"])
-    app, llm, _ = dashboard.create_app(args)
-    with BackgroundServer(app) as server:
-        llm.wait_ready(120)
-        browser.get(server.url + "/")
-        wait_for(browser, lambda: (s := debug(browser)) and s["viewer"] and s["connected"], "the page")
+    with live_dashboard(tiny_model_dir) as live:
+        open_page(browser, live)
         status = browser.find_element(By.ID, "bs-presenter-status")
         toggle = browser.find_element(By.CSS_SELECTOR, "#bs-record input[type=checkbox]")
         download = browser.find_element(By.ID, "bs-download")
         assert not download.is_enabled()
         toggle.click()
         wait_for(browser, lambda: "Recording" in status.text, "the recording to start")
-        browser.find_element(By.ID, "bs-fire").click()
-        fire_status = browser.find_element(By.ID, "bs-fire-status")
-        fired = wait_for(browser, lambda: "Fired" in fire_status.text and fire_status.text, "the shot")
-        ids = fired.split(":", 1)[1].replace(" ", "").split(",")
+        ids = fire(browser)
         wait_for(browser, lambda: all(state(browser, rid) == "finished" for rid in ids),
                  "the shot to finish", timeout=120)
         toggle.click()

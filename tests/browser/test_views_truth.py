@@ -41,12 +41,12 @@ def replay_page(replay_server):
         yield driver
 
 
-def show_iteration(driver, trace, i: int) -> dict:
+def show_iteration(driver, records, i: int) -> dict:
     """Bring this page's replay to iteration ``i`` (a step when it is the next one, else a
     seek) and wait until the views draw it."""
-    record = trace.records[i]
+    record = records[i]
     shown = debug(driver)["lastStep"]
-    if i and shown == trace.records[i - 1]["step"]:
+    if i and shown == records[i - 1]["step"]:
         driver.find_element("id", "bs-replay-step").click()
     elif shown != record["step"]:
         scrub(driver, i)
@@ -54,42 +54,42 @@ def show_iteration(driver, trace, i: int) -> dict:
     return record
 
 
-def test_token_layout_rows_span_num_rows_on_the_budget_axis(replay_page, trace):
+def test_token_layout_rows_span_num_rows_on_the_budget_axis(replay_page, records):
     for i in range(STEPS):
-        record = show_iteration(replay_page, trace, i)
+        record = show_iteration(replay_page, records, i)
         figure, axes = rows_drawn(replay_page, record)
         check_token_rows(figure, axes, record)
 
 
-def test_attention_segments_are_cu_seqlens_q_by_seq_lens_k(replay_page, trace):
+def test_attention_segments_are_cu_seqlens_q_by_seq_lens_k(replay_page, records):
     for i in range(STEPS):
-        record = show_iteration(replay_page, trace, i)
+        record = show_iteration(replay_page, records, i)
         check_attention(drawn(replay_page, "drawnFigure", "bs-attention"), record)
 
 
-def test_block_table_cells_are_the_records_block_ids(replay_page, trace):
+def test_block_table_cells_are_the_records_block_ids(replay_page, records):
     for i in range(STEPS):
-        record = show_iteration(replay_page, trace, i)
+        record = show_iteration(replay_page, records, i)
         check_block_tables(drawn(replay_page, "drawnFigure", "bs-block-tables"), record)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_no_label_is_cut_or_overlaps_another(replay_page, trace, size):
+def test_no_label_is_cut_or_overlaps_another(replay_page, records, size):
     viewport(replay_page, *size)
     try:
         for i in SAMPLED:
-            show_iteration(replay_page, trace, i)
+            show_iteration(replay_page, records, i)
             wait_for(replay_page, lambda: drawn(replay_page, "drawnToSize", VIEWS), "views sized to fit")
             assert_texts_readable(replay_page, f"{size[0]}x{size[1]}, iteration {i}")
     finally:
         viewport(replay_page, 1366, 768)
 
 
-def test_the_token_layout_title_says_the_whole_sum(replay_page, trace):
+def test_the_token_layout_title_says_the_whole_sum(replay_page, records):
     replay_page.execute_script("window.batchscope.setLanguage('en')")
     try:
         for i in range(STEPS):
-            record = show_iteration(replay_page, trace, i)
+            record = show_iteration(replay_page, records, i)
             title = wait_for(replay_page, lambda r=record: (t := layout_title(replay_page))
                              and t.startswith(f"step {r['step']}:") and t, "the English title")
             rows = "1 row" if record["num_rows"] == 1 else f"{record['num_rows']} rows"
@@ -127,8 +127,8 @@ CHROME_TEXT = """
 
 
 @pytest.mark.skipif(not shutil.which("fc-list"), reason="fontconfig's fc-list is not installed")
-def test_every_glyph_on_the_page_and_in_the_strings_is_in_an_installed_font(replay_page, trace):
-    show_iteration(replay_page, trace, 30)
+def test_every_glyph_on_the_page_and_in_the_strings_is_in_an_installed_font(replay_page, records):
+    show_iteration(replay_page, records, 30)
     shown = replay_page.execute_script(CHROME_TEXT)
     table = json.loads((ROOT / "assets" / "strings.json").read_text(encoding="utf-8"))["views"]
     strings = "".join(entry[lang] for entry in table.values() for lang in ("en", "zh"))
@@ -137,27 +137,27 @@ def test_every_glyph_on_the_page_and_in_the_strings_is_in_an_installed_font(repl
     assert [c for c in chars if not covered(c)] == []
 
 
-def test_the_replay_says_replay_not_live(replay_page, trace):
-    show_iteration(replay_page, trace, 1)
+def test_the_replay_says_replay_not_live(replay_page, records):
+    show_iteration(replay_page, records, 1)
     tagline = replay_page.execute_script("return document.querySelector('#bs-header .bs-tagline').textContent")
     status = replay_page.execute_script("return document.getElementById('bs-status').textContent")
     assert "replay" in tagline and "live" not in tagline
     assert status.startswith("● replay") and "live" not in status
 
 
-def test_a_zoom_survives_the_next_steps(replay_page, trace):
-    show_iteration(replay_page, trace, 20)
+def test_a_zoom_survives_the_next_steps(replay_page, records):
+    show_iteration(replay_page, records, 20)
     replay_page.execute_script(
         "Plotly.relayout(document.getElementById('bs-token-layout'), {'xaxis2.range': [5.5, 12.5]})")
     for i in (21, 22):
-        show_iteration(replay_page, trace, i)
+        show_iteration(replay_page, records, i)
         assert drawn(replay_page, "drawnFigure", "bs-token-layout")["axes"]["x2"]["range"] == [5.5, 12.5]
 
 
-def test_chinese_only_views_speak_chinese(replay_page, trace):
+def test_chinese_only_views_speak_chinese(replay_page, records):
     replay_page.execute_script("window.batchscope.setLanguage('zh')")
     try:
-        record = show_iteration(replay_page, trace, 5)
+        record = show_iteration(replay_page, records, 5)
         title = wait_for(replay_page, lambda: (t := layout_title(replay_page)) and t.startswith("第") and t,
                          "the Chinese title")
         assert title.startswith(f"第 {record['step']} 步:") and "rows" not in title
