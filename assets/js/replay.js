@@ -11,63 +11,77 @@ export function replayPosition(r, t) {
     : t("replay.position", { i: r.iteration + 1, n: r.num_iterations, step: r.step });
 }
 
-export function startReplayBar(doc, { viewer, t, fetchImpl = fetch }) {
-  const el = (id) => doc.getElementById(id);
-  let dragging = false, last = null;
+export function startReplayBar(doc, { viewer, t, fetchImpl = (url, init) => fetch(url, init) }) {
+  const bar = new ReplayBar(doc, viewer, t, fetchImpl);
+  listen(doc, bar);
+  return bar;
+}
 
-  async function control(action, value) {
-    const query = new URLSearchParams();
-    if (viewer()) query.set("viewer", viewer());
-    if (value !== undefined) query.set("value", String(value));
-    const response = await fetchImpl(`/replay/${action}?${query}`, { method: "POST" });
-    if (response.ok) show(await response.json());
+class ReplayBar {
+  constructor(doc, viewer, t, fetchImpl) {
+    Object.assign(this, { doc, viewer, t, fetchImpl, dragging: false, last: null });
   }
 
-  function label(button, name, key) {
-    const span = doc.createElement("span");
+  el(id) { return this.doc.getElementById(id); }
+
+  async control(action, value) {
+    const query = new URLSearchParams();
+    if (this.viewer()) query.set("viewer", this.viewer());
+    if (value !== undefined) query.set("value", String(value));
+    const response = await this.fetchImpl(`/replay/${action}?${query}`, { method: "POST" });
+    if (response.ok) this.show(await response.json());
+  }
+
+  // The player's state, from a control's answer or from status.replay.
+  show(r) {
+    const scrubber = this.el("bs-replay-scrubber");
+    if (!scrubber || !r) return;
+    this.last = r;
+    scrubber.max = Math.max(r.num_iterations - 1, 0);
+    if (!this.dragging) scrubber.value = Math.max(r.iteration, 0);
+    this.el("bs-replay-position").textContent = replayPosition(r, this.t());
+    const play = this.el("bs-replay-play");
+    this.label(play, r.playing ? "pause" : "play", r.playing ? "replay.pause" : "replay.play");
+    play.dataset.playing = r.playing ? "1" : "";
+    this.label(this.el("bs-replay-step"), "step", "replay.step");
+    const speed = this.el("bs-replay-speed");
+    if (speed && this.doc.activeElement !== speed) speed.value = String(r.speed);
+  }
+
+  refresh() { this.show(this.last); }
+
+  label(button, name, key) {
+    const span = this.doc.createElement("span");
     span.className = "bs-button-label";
-    span.textContent = t().parts(key).join("\n");  // "both": one language per line
+    span.textContent = this.t().parts(key).join("\n");  // "both": one language per line
     button.replaceChildren(icon(name), span);
   }
 
-  function show(r) {
-    const scrubber = el("bs-replay-scrubber");
-    if (!scrubber || !r) return;
-    last = r;
-    scrubber.max = Math.max(r.num_iterations - 1, 0);
-    if (!dragging) scrubber.value = Math.max(r.iteration, 0);
-    el("bs-replay-position").textContent = replayPosition(r, t());
-    const play = el("bs-replay-play");
-    label(play, r.playing ? "pause" : "play", r.playing ? "replay.pause" : "replay.play");
-    play.dataset.playing = r.playing ? "1" : "";
-    label(el("bs-replay-step"), "step", "replay.step");
-    const speed = el("bs-replay-speed");
-    if (speed && doc.activeElement !== speed) speed.value = String(r.speed);
+  seeking(value) {
+    this.dragging = true;
+    this.el("bs-replay-position").textContent = this.t()("replay.seeking", { i: Number(value) + 1 });
   }
+}
 
+function listen(doc, bar) {
   doc.addEventListener("click", (e) => {
     const button = e.target.closest("#bs-replay-play, #bs-replay-step");
     if (!button) return;
-    if (button.id === "bs-replay-step") control("step");
-    else control(button.dataset.playing ? "pause" : "play");
+    if (button.id === "bs-replay-step") bar.control("step");
+    else bar.control(button.dataset.playing ? "pause" : "play");
   });
-  doc.addEventListener("input", (e) => {
-    if (e.target.id !== "bs-replay-scrubber") return;
-    dragging = true;
-    el("bs-replay-position").textContent = t()("replay.seeking", { i: Number(e.target.value) + 1 });
-  });
+  doc.addEventListener("input", (e) => { if (e.target.id === "bs-replay-scrubber") bar.seeking(e.target.value); });
   doc.addEventListener("change", (e) => {
     if (e.target.id === "bs-replay-scrubber") {
-      dragging = false;
-      control("seek", e.target.value);
+      bar.dragging = false;
+      bar.control("seek", e.target.value);
     } else if (e.target.id === "bs-replay-speed") {
-      control("speed", e.target.value);
+      bar.control("speed", e.target.value);
     }
   });
   doc.addEventListener("keydown", (e) => {
-    if (!el("bs-replay") || e.target.closest("input, textarea, select")) return;
-    if (e.key === " ") { e.preventDefault(); el("bs-replay-play").click(); }
-    if (e.key === "ArrowRight") { e.preventDefault(); control("step"); }
+    if (!bar.el("bs-replay") || e.target.closest("input, textarea, select")) return;
+    if (e.key === " ") { e.preventDefault(); bar.el("bs-replay-play").click(); }
+    if (e.key === "ArrowRight") { e.preventDefault(); bar.control("step"); }
   });
-  return { show, refresh: () => show(last) };
 }

@@ -12,65 +12,81 @@ const BACKOFF_MS = 300, MAX_BACKOFF_MS = 5000;
 
 // ``onMessage(parsed)``; ``onLink(kind)`` with "ws" | "sse" | "reconnecting".
 export function openTelemetry({ base, onMessage, onLink, env }) {
-  const link = { kind: "ws", current: null, retries: 0, timer: null, silence: null, closed: false };
+  return new TelemetryLink(base, onMessage, onLink, env);
+}
 
-  const url = (path, protocol) => {
-    const u = new URL(path, base);
-    if (protocol) u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
-    return u.toString();
-  };
+class TelemetryLink {
+  constructor(base, onMessage, onLink, env) {
+    Object.assign(this, { base, onMessage, onLink, env });
+    this.kind = "ws";
+    this.current = null;
+    this.retries = 0;
+    this.timer = null;
+    this.silence = null;
+    this.closed = false;
+    this.open();
+  }
 
-  function heard(data) {
-    link.retries = 0;
-    env.clearTimeout(link.silence);
-    link.silence = env.setTimeout(() => lost(link.current), SILENCE_MS);
+  get connected() { return !!(this.current && this.current.heard); }
+
+  close() {
+    this.closed = true;
+    this.env.clearTimeout(this.timer);
+    this.env.clearTimeout(this.silence);
+    if (this.current) this.current.close();
+  }
+
+  open() {
+    this.current = this.kind === "ws" ? this.openSocket() : this.openStream();
+    this.watch();
+  }
+
+  // Reopen the link unless a message comes within SILENCE_MS.
+  watch() {
+    this.env.clearTimeout(this.silence);
+    const connection = this.current;
+    this.silence = this.env.setTimeout(() => this.lost(connection), SILENCE_MS);
+  }
+
+  heard(connection, kind, data) {
+    if (!connection.heard) { connection.heard = true; this.onLink(kind); }
+    this.retries = 0;
+    this.watch();
     let message;
     try { message = JSON.parse(data); } catch { return; }
-    if (message.type !== "ping") onMessage(message);
+    if (message.type !== "ping") this.onMessage(message);
   }
 
-  function lost(connection) {
-    if (connection !== link.current || link.closed) return;
-    if (link.kind === "ws" && !connection.heard) link.kind = "sse";  // never worked: fall back
+  lost(connection) {
+    if (connection !== this.current || this.closed) return;
+    if (this.kind === "ws" && !connection.heard) this.kind = "sse";  // never worked: fall back
     connection.close();
-    link.current = null;
-    env.clearTimeout(link.silence);
-    onLink("reconnecting");
-    const delay = Math.min(MAX_BACKOFF_MS, BACKOFF_MS * 2 ** link.retries++);
-    link.timer = env.setTimeout(open, delay);
+    this.current = null;
+    this.env.clearTimeout(this.silence);
+    this.onLink("reconnecting");
+    const delay = Math.min(MAX_BACKOFF_MS, BACKOFF_MS * 2 ** this.retries++);
+    this.timer = this.env.setTimeout(() => this.open(), delay);
   }
 
-  function open() {
-    link.current = link.kind === "ws" ? openSocket() : openStream();
-    link.silence = env.setTimeout(() => lost(link.current), SILENCE_MS);
+  url(path, websocket) {
+    const u = new URL(path, this.base);
+    if (websocket) u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    return u.toString();
   }
 
-  function openSocket() {
-    const ws = new env.WebSocket(url("/ws/telemetry", true));
+  openSocket() {
+    const ws = new this.env.WebSocket(this.url("/ws/telemetry", true));
     const connection = { heard: false, close: () => { ws.onclose = ws.onerror = ws.onmessage = null; ws.close(); } };
-    ws.onmessage = (event) => { if (!connection.heard) { connection.heard = true; onLink("ws"); } heard(event.data); };
-    ws.onclose = () => lost(connection);
-    ws.onerror = () => lost(connection);
+    ws.onmessage = (event) => this.heard(connection, "ws", event.data);
+    ws.onclose = ws.onerror = () => this.lost(connection);
     return connection;
   }
 
-  function openStream() {
-    const source = new env.EventSource(url("/telemetry/stream", false));
+  openStream() {
+    const source = new this.env.EventSource(this.url("/telemetry/stream", false));
     const connection = { heard: false, close: () => { source.onmessage = source.onerror = null; source.close(); } };
-    source.onmessage = (event) => { if (!connection.heard) { connection.heard = true; onLink("sse"); } heard(event.data); };
-    source.onerror = () => lost(connection);
+    source.onmessage = (event) => this.heard(connection, "sse", event.data);
+    source.onerror = () => this.lost(connection);
     return connection;
   }
-
-  open();
-  return {
-    get kind() { return link.kind; },
-    get connected() { return !!(link.current && link.current.heard); },
-    close() {
-      link.closed = true;
-      env.clearTimeout(link.timer);
-      env.clearTimeout(link.silence);
-      if (link.current) link.current.close();
-    },
-  };
 }

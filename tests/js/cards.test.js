@@ -3,7 +3,7 @@ import { test } from "node:test";
 
 import { cardOrder, cardView } from "../../assets/js/cards.js";
 import { bannerView, statusParts } from "../../assets/js/header.js";
-import { replayPosition } from "../../assets/js/replay.js";
+import { replayPosition, startReplayBar } from "../../assets/js/replay.js";
 import { fitParts, plainText, textWidth } from "../../assets/js/text_fit.js";
 import { t } from "./fixtures.js";
 
@@ -82,4 +82,14 @@ test("fitting text: wraps between parts, cuts what is left with a hover of the w
   assert.equal(cut.hover, "alpha beta gamma · delta epsilon · zeta eta theta iota");
   for (const line of cut.text.split("<br>")) assert.ok(textWidth(line, 14) <= 90);
   assert.equal(plainText("<span style=\"color:red\">A&lt;1&gt;</span> <b>2</b>"), "A<1> 2");
+});
+
+test("replay controls act on this page's viewer only", async () => {
+  const calls = [];
+  const doc = { addEventListener: () => {}, getElementById: () => null };
+  const fetchImpl = async (url, init) => { calls.push([url, init.method]); return { ok: true, json: async () => null }; };
+  const bar = startReplayBar(doc, { viewer: () => "v 1", t: () => t(), fetchImpl });
+  await bar.control("seek", 150);
+  await bar.control("step");
+  assert.deepEqual(calls, [["/replay/seek?viewer=v+1&value=150", "POST"], ["/replay/step?viewer=v+1", "POST"]]);
 });
