@@ -24,6 +24,7 @@ lint: install
 
 test: install lint
 	$(PY) -m pytest -q tests
+	node --test tests/js/
 
 bench: install
 	$(PY) -m benchmarks $(ARGS)

@@ -9,6 +9,7 @@ from engine.telemetry import validate_record
 from viz.live.identity import COOKIE, new_visitor_id
 from viz.ui.firing import Knobs, plan_shot
 from viz.ui.presets import load_presets
+from viz.ui.static import ASSETS
 
 from support.server import BackgroundServer
 from support.viewers import ws_messages
@@ -77,12 +78,15 @@ def test_frames_carry_valid_records_of_the_fired_requests(dashboard_server):
 def test_page_and_plotly_are_served_locally(dashboard_server):
     server, _, _ = dashboard_server
     page = urllib.request.urlopen(server.url + "/", timeout=30).read().decode()
-    assert "/plotly.min.js" in page and "/batchscope/dashboard.js" in page
+    assert "/plotly.min.js" in page and "/batchscope/js/main.js" in page
     assert "cdn.plot.ly" not in page
     plotly_js = urllib.request.urlopen(server.url + "/plotly.min.js", timeout=30).read()
     assert len(plotly_js) > 1_000_000 and b"plotly.js v4" in plotly_js[:300]
-    client = urllib.request.urlopen(server.url + "/batchscope/dashboard.js", timeout=30).read()
-    assert b"Plotly.react" in client and b"innerHTML" not in client
+    modules = sorted(p.relative_to(ASSETS).as_posix() for p in (ASSETS / "js").rglob("*.js"))
+    client = {name: urllib.request.urlopen(f"{server.url}/batchscope/{name}", timeout=30).read()
+              for name in modules}
+    assert b"Plotly.react" in client["js/main.js"]
+    assert not [name for name, source in client.items() if b"innerHTML" in source]
 
 
 def test_a_model_that_fails_to_load_leaves_the_page_up_and_says_so(tmp_path):

@@ -22,9 +22,9 @@ CLIENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "te
 HEAD = (
     '<script src="/plotly.min.js"></script>\n'
     '<link rel="stylesheet" href="/batchscope/dashboard.css">\n'
-    '<script src="/batchscope/dashboard.js"></script>\n'
+    '<script type="module" src="/batchscope/js/main.js"></script>\n'
 )
-REPLAY_HEAD = HEAD + '<script src="/batchscope/replay.js"></script>\n'
+REPLAY_HEAD = HEAD  # js/main.js starts the replay bar when the page has one
 
 
 def install_page_routes(app: FastAPI) -> None:

@@ -3,65 +3,27 @@ headless Chromium, stepped and scrubbed; the exported HTML report drawn offline.
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, scrub, wait_for
+from live import fire, live_dashboard, open_page
+from truth import VIEWS
 
 from viz.traces.export import summarize, to_html_report
 from viz.traces.trace import load_trace
-from viz.ui.captions import VIEWS
 
-from support.server import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
-@dataclass
-class ReplayServer:
-    url: str
-    process: subprocess.Popen
-    startup_s: float
 
 
 @pytest.fixture(scope="module")
 def trace():
     assert SHIPPED, "assets/traces/ holds no trace"
     return load_trace(SHIPPED[0])
-
-
-@pytest.fixture(scope="module")
-def replay_server(tmp_path_factory):
-    port = free_port()
-    log = (tmp_path_factory.mktemp("replay") / "server.log").open("w")
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "app.py", "--replay", str(SHIPPED[0]), "--port", str(port)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                urllib.request.urlopen(url + "/", timeout=5)
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail(f"app.py --replay did not start: {Path(log.name).read_text()[-2000:]}")
-        yield ReplayServer(url, process, time.monotonic() - started)
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-        log.close()
 
 
 def test_replay_process_runs_without_torch(replay_server):
@@ -76,43 +38,18 @@ def test_a_truncated_trace_stops_replay_with_the_line(tmp_path):
     broken = tmp_path / "cut.jsonl"
     broken.write_text("".join(head[:3]) + head[3][:100])
     done = subprocess.run([sys.executable, "app.py", "--replay", str(broken)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert "error: cannot replay: " in done.stderr
     assert "cut.jsonl: line 4: truncated: the last line is incomplete" in done.stderr
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+def browser():
+    if not HAVE_CHROMIUM:
         pytest.skip("headless Chromium and chromedriver are not installed (make browser)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1600,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
-
-
-def wait_for(driver, condition, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; state: {debug(driver)}")
-
-
-def debug(driver) -> dict | None:
-    return driver.execute_script("return window.batchscope ? window.batchscope.debug() : null")
+    with chromium(1600, 1000) as driver:
+        yield driver
 
 
 def shown_step(driver) -> int | None:
@@ -123,14 +60,7 @@ def shown_step(driver) -> int | None:
 def views_with_data(driver) -> list[str]:
     return driver.execute_script(
         "return arguments[0].filter(id => { const d = document.getElementById(id);"
-        " return d && d.data && d.data.length > 0; });", [v.elem_id for v in VIEWS])
-
-
-def scrub(driver, iteration: int) -> None:
-    driver.execute_script(
-        "const s = document.getElementById('bs-replay-scrubber'); s.value = arguments[0];"
-        "s.dispatchEvent(new Event('input', {bubbles: true}));"
-        "s.dispatchEvent(new Event('change', {bubbles: true}));", iteration)
+        " return d && d.data && d.data.length > 0; });", VIEWS)
 
 
 def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
@@ -153,7 +83,7 @@ def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
     assert texts and any(texts.values())  # the text panels replay the generated text
     scrub(browser, 20)
     wait_for(browser, lambda: shown_step(browser) == steps[20], "scrubbing back")
-    assert views_with_data(browser) == [v.elem_id for v in VIEWS]
+    assert views_with_data(browser) == VIEWS
 
     # The slowest speed, so the trace (about 15 s at 1x) is surely still playing when the pause
     # lands, even when a busy machine's browser reads its frames seconds late.
@@ -191,26 +121,15 @@ def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):
 def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model_dir):
     from selenium.webdriver.common.by import By
 
-    import app as dashboard
-
-    from support.server import BackgroundServer
-
-    args = dashboard.build_parser().parse_args(["--model", tiny_model_dir, "--num-kv-blocks", "256"])
-    app, llm, _ = dashboard.create_app(args)
-    with BackgroundServer(app) as server:
-        llm.wait_ready(120)
-        browser.get(server.url + "/")
-        wait_for(browser, lambda: (s := debug(browser)) and s["owner"] and s["connected"], "the page")
+    with live_dashboard(tiny_model_dir) as live:
+        open_page(browser, live)
         status = browser.find_element(By.ID, "bs-presenter-status")
         toggle = browser.find_element(By.CSS_SELECTOR, "#bs-record input[type=checkbox]")
         download = browser.find_element(By.ID, "bs-download")
         assert not download.is_enabled()
         toggle.click()
         wait_for(browser, lambda: "Recording" in status.text, "the recording to start")
-        browser.find_element(By.ID, "bs-fire").click()
-        fire_status = browser.find_element(By.ID, "bs-fire-status")
-        fired = wait_for(browser, lambda: "Fired" in fire_status.text and fire_status.text, "the shot")
-        ids = fired.split(":", 1)[1].replace(" ", "").split(",")
+        ids = fire(browser)
         wait_for(browser, lambda: all(state(browser, rid) == "finished" for rid in ids),
                  "the shot to finish", timeout=120)
         toggle.click()

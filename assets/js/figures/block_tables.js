@@ -1,0 +1,141 @@
+// 2. Block tables (each scheduled request's logical -> physical blocks) and the whole KV pool
+// (owner colour, free, cached, shared). A pool too large to ship per step (kv.ref_counts null,
+// schema v2) is drawn as counts only.
+import { axis, baseLayout, colorIndex, emptyFigure, esc, THEME, titleAnnotation } from "./common.js";
+import { fitParts, textWidth } from "../text_fit.js";
+
+const MAX_TABLES = 16, MAX_LOGICAL = 64, MAX_POOL_CELLS = 4096;
+const TABLES = [0, 0.52], POOL = [0.58, 1];
+
+export function blockTables(records, view) {
+  const record = records[records.length - 1];
+  if (!record) return emptyFigure(view, view.t("empty.blocks"));
+  const ids = Object.keys(record.block_tables).slice(0, MAX_TABLES);
+  const margin = { l: Math.min(120, Math.max(40, ...ids.map((rid) => textWidth(esc(rid), 11) + 12))), r: 12 };
+  const plotWidth = view.size.width - margin.l - margin.r;
+  const titles = panelTitles(record, view, ids.length, margin, plotWidth);
+  const t = view.t;
+  const tables = tableCells(record, view, ids);
+  const logical = fitParts([...t.parts("blocks.logical"), ...(tables.shared.x.length ? t.parts("blocks.shared") : [])],
+    { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
+  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 3 });
+  Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * 16 + 24 });
+  const plotHeight = view.size.height - margin.t - margin.b;
+  const tableCell = cellPixels(plotWidth * (TABLES[1] - TABLES[0]), plotHeight, tables.columns, ids.length);
+  const data = [tablesTrace(tables, ids, tableCell, view.meta), sharedMarkers(tables, tableCell)];
+  const pool = record.kv.ref_counts ? poolTrace(record, view, plotWidth, plotHeight) : null;
+  if (pool) data.push(pool);
+  return { ids, data, layout: baseLayout(view, {
+    margin,
+    xaxis: axis({ domain: TABLES, title: { text: logical.text, standoff: 4, font: { size: 12 } },
+      showgrid: false, zeroline: false, tickformat: "d" }),
+    yaxis: axis({ autorange: "reversed", showgrid: false, type: "category", tickfont: { size: 11 } }),
+    xaxis2: axis({ domain: POOL, anchor: "y2", showticklabels: false, showgrid: false, zeroline: false,
+      title: { text: legend.text, standoff: 4, font: { size: 12 } } }),
+    yaxis2: axis({ anchor: "x2", autorange: "reversed", showticklabels: false, showgrid: false,
+      zeroline: false, scaleanchor: pool ? "x2" : undefined }),
+    annotations: [...titles.annotations, ...(pool ? [] : [countsOnly(record, view)])],
+  }) };
+}
+
+// The two panel titles, each fitted over its own half so they never meet.
+function panelTitles(record, view, shown, margin, plotWidth) {
+  const t = view.t, total = Object.keys(record.block_tables).length;
+  const left = [...t.parts("blocks.title"), ...t.parts("blocks.size", { size: record.kv.block_size })];
+  if (total > shown) left.push(...t.parts("blocks.some", { shown, total }));
+  const tables = titleAnnotation(left, { widthPx: plotWidth * TABLES[1] + margin.l - 8, maxLines: 3 });
+  tables.annotation.xshift = -margin.l + 4;
+  const pool = titleAnnotation(t.parts("blocks.pool", { n: record.kv.num_blocks }),
+    { widthPx: plotWidth * (1 - POOL[0]), x: 1, xanchor: "right" });
+  return { annotations: [tables.annotation, pool.annotation], height: Math.max(tables.height, pool.height) };
+}
+
+function legendParts(record, view) {
+  const kv = record.kv, meta = view.meta;
+  return [`${kv.num_blocks - kv.num_free} ${view.t.short("blocks.used")}`,
+    `<span style="color:${meta.free_color}">■</span> ${kv.num_free} ${view.t.short("blocks.free")}`,
+    `<span style="color:${meta.cached_color}">■</span> ${kv.num_cached} ${view.t.short("blocks.cached")}`];
+}
+
+// The table cells: colour index, block id and hover text per (request, logical block).
+function tableCells(record, view, ids) {
+  const kv = record.kv;
+  const columns = Math.min(MAX_LOGICAL, Math.max(1, ...ids.map((rid) => record.block_tables[rid].length)));
+  const z = [], text = [], hover = [], shared = { x: [], y: [] };
+  for (const rid of ids) {
+    const table = record.block_tables[rid];
+    const zr = [], tr = [], hr = [];
+    for (let j = 0; j < columns; j++) {
+      const b = table[j];
+      if (b === undefined) { zr.push(null); tr.push(""); hr.push(""); continue; }
+      const holder = (kv.owners && kv.owners[b]) || rid;
+      const refs = kv.ref_counts ? kv.ref_counts[b] : null;
+      zr.push(colorIndex(view, holder));
+      tr.push(String(b));
+      if (refs > 1) { shared.x.push(j); shared.y.push(esc(rid)); }
+      hr.push(esc(view.t("blocks.cell", { rid, logical: j, physical: b })) +
+        (refs === null ? "" : `<br>${esc(view.t("blocks.refs", { n: refs }))}`) +
+        (holder !== rid ? `<br>${esc(view.t("blocks.shared_by", { rid: holder }))}` : ""));
+    }
+    z.push(zr); text.push(tr); hover.push(hr);
+  }
+  return { z, text, hover, shared, columns };
+}
+
+function tablesTrace(tables, ids, cell, meta) {
+  return { type: "heatmap", z: tables.z, text: tables.text, customdata: tables.hover,
+    x: [...Array(tables.columns).keys()], y: ids.map(esc), xaxis: "x", yaxis: "y",
+    ...colorRange(meta), showscale: false, xgap: 2, ygap: 3, meta: { role: "tables", ids },
+    texttemplate: cell >= 22 ? "%{text}" : "", textfont: { size: 11, color: THEME.outline },
+    hovertemplate: "%{customdata}<extra></extra>" };
+}
+
+function sharedMarkers(tables, cell) {
+  return { type: "scatter", mode: "markers", x: tables.shared.x, y: tables.shared.y, xaxis: "x", yaxis: "y",
+    hoverinfo: "skip", meta: { role: "shared" },
+    marker: { symbol: "square-open", color: "#ffffff", size: cell, line: { width: 2 } } };
+}
+
+// Colour indices: 0..n-1 the palette (requests), n free, n+1 cached: a stepped colour scale.
+function colorRange(meta) {
+  const colors = [...meta.palette, meta.free_color, meta.cached_color];
+  const colorscale = colors.flatMap((c, i) => [[i / colors.length, c], [(i + 1) / colors.length, c]]);
+  return { zmin: -0.5, zmax: colors.length - 0.5, colorscale };
+}
+
+function poolTrace(record, view, plotWidth, plotHeight) {
+  const kv = record.kv, n = view.meta.palette.length;
+  const shown = Math.min(kv.num_blocks, MAX_POOL_CELLS);
+  const cols = Math.ceil(Math.sqrt(shown * 1.4));
+  const cached = new Set(kv.cached || []);
+  const z = [], text = [], hover = [];
+  for (let row = 0; row * cols < shown; row++) {
+    const zr = [], tr = [], hr = [];
+    for (let c = 0; c < cols; c++) {
+      const b = row * cols + c;
+      if (b >= shown) { zr.push(null); tr.push(""); hr.push(""); continue; }
+      const refs = kv.ref_counts[b], holder = kv.owners ? kv.owners[b] : null;
+      zr.push(refs > 0 && holder ? colorIndex(view, holder) : cached.has(b) ? n + 1 : n);
+      tr.push(refs > 1 ? `×${refs}` : "");
+      hr.push(esc(view.t(refs > 0 ? "blocks.pool_used" : "blocks.pool_free",
+        { block: b, rid: holder ?? "?", n: refs })) + (cached.has(b) ? ` · ${esc(view.t("blocks.pool_cached"))}` : ""));
+    }
+    z.push(zr); text.push(tr); hover.push(hr);
+  }
+  const cell = cellPixels(plotWidth * (POOL[1] - POOL[0]), plotHeight, cols, z.length);
+  return { type: "heatmap", z, text, customdata: hover, xaxis: "x2", yaxis: "y2", ...colorRange(view.meta),
+    showscale: false, xgap: 1, ygap: 1, texttemplate: cell >= 18 ? "%{text}" : "", meta: { role: "pool" },
+    textfont: { size: 9, color: THEME.outline }, hovertemplate: "%{customdata}<extra></extra>" };
+}
+
+function countsOnly(record, view) {
+  const kv = record.kv;
+  return { xref: "x2 domain", yref: "y2 domain", x: 0.5, y: 0.5, showarrow: false,
+    font: { size: 13, color: THEME.muted }, text: esc(view.t("blocks.counts_only",
+      { n: kv.num_blocks, used: kv.num_blocks - kv.num_free, free: kv.num_free, cached: kv.num_cached })) };
+}
+
+// The on-screen size of one cell, for the markers drawn over shared blocks.
+function cellPixels(width, height, columns, rows) {
+  return Math.max(4, Math.min(width / columns, height / Math.max(1, rows)) - 3);
+}

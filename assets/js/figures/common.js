@@ -1,0 +1,99 @@
+// What the four figure builders share. A builder is pure: (records, view) -> {data, layout,
+// ids}, where ``view`` = {meta (palette, phases: from the server's snapshot), requests (the
+// state's entries, for colours), t (strings), size ({width, height} of the figure in px)} and
+// ``ids`` lists the request ids it drew. Colours are the server's; the theme's greys are here.
+import { escapeText, fitParts } from "../text_fit.js";
+
+export const THEME = { text: "#d8dee9", muted: "#8892a6", grid: "#2b3345", plot: "#111722",
+  outline: "#0b0e14", alarm: "#ff6b6b", accent: "#edc948", rows: "#5b8def" };
+export const FONT = "Inter, 'DejaVu Sans', 'Noto Sans CJK SC', 'WenQuanYi Micro Hei', system-ui, sans-serif";
+export const TITLE_SIZE = 14;
+export const LINE_PX = 18;  // one line of 14 px text
+export const esc = escapeText;
+
+export function baseLayout(view, extra) {
+  return { paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: THEME.plot,
+    font: { color: THEME.text, size: 13, family: FONT }, showlegend: false, autosize: true,
+    hoverlabel: { font: { size: 13, family: FONT } }, uirevision: "keep",
+    width: view.size.width, height: view.size.height, ...extra };
+}
+
+export function axis(extra) {
+  return { gridcolor: THEME.grid, zerolinecolor: THEME.grid, linecolor: THEME.grid,
+    tickangle: 0, ...extra };
+}
+
+export function emptyFigure(view, message) {
+  return { ids: [], data: [], layout: baseLayout(view, {
+    margin: { l: 16, r: 16, t: 16, b: 16 },
+    xaxis: axis({ visible: false }), yaxis: axis({ visible: false }),
+    annotations: [{ text: esc(message), showarrow: false, font: { size: 15, color: THEME.muted },
+      xref: "paper", yref: "paper", x: 0.5, y: 0.5 }],
+  }) };
+}
+
+// The palette index of a request: the one the server gave it, else one from its id.
+export function colorIndex(view, rid) {
+  const entry = view.requests.get(rid);
+  const n = view.meta.palette.length;
+  return entry && entry.color != null ? entry.color % n : hashIndex(rid, n);
+}
+
+export function colorOf(view, rid) {
+  return view.meta.palette[colorIndex(view, rid)];
+}
+
+function hashIndex(rid, n) {
+  let h = 0;
+  for (const ch of String(rid)) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return h % n;
+}
+
+export const isPrefill = (segment) => segment.kind !== "decode";
+
+export function rowsText(t, start, n) {
+  return n === 1 ? t("hover.row", { row: start }) : t("hover.rows", { first: start, last: start + n - 1 });
+}
+
+export function kindText(t, kind) {
+  return t(`kind.${kind}`);
+}
+
+// A colour-filled (hatched when prefill) bar marker for one segment.
+export function segmentMarker(view, segment, lineWidth) {
+  const color = colorOf(view, segment.request_id);
+  const marker = { color, line: { color: THEME.outline, width: lineWidth } };
+  if (isPrefill(segment)) {
+    marker.pattern = { shape: "/", bgcolor: color, fgcolor: "rgba(0,0,0,0.45)", fillmode: "overlay",
+      size: 7, solidity: 0.25 };
+  }
+  return marker;
+}
+
+// A title annotation above the plot, wrapped to the ``widthPx`` it has; what had to be cut,
+// and ``hover`` (Plotly HTML) if given, show on hover. Returns the annotation and its height.
+export function titleAnnotation(parts, { widthPx, x = 0, xanchor = "left", maxLines = 2, size = TITLE_SIZE, hover = null }) {
+  const fit = fitParts(parts, { width: widthPx, size, maxLines });
+  // yshift: clear of a tick label centred on the plot's top edge
+  const annotation = { xref: "paper", yref: "paper", x, y: 1, xanchor, yanchor: "bottom", yshift: 10,
+    showarrow: false, align: xanchor === "right" ? "right" : "left", text: fit.text, font: { size } };
+  const hovertext = [fit.hover && esc(fit.hover), hover].filter(Boolean).join("<br>");
+  if (hovertext) Object.assign(annotation, { hovertext, captureevents: true });
+  return { annotation, height: fit.lines * LINE_PX + 14 };
+}
+
+// An axis title fitted along ``lengthPx`` (wrapped between its parts, at most ``maxLines``).
+export function axisTitle(parts, lengthPx, maxLines = 2) {
+  const fit = fitParts(parts, { width: lengthPx, size: 12, maxLines });
+  return { text: fit.text, lines: fit.lines, font: { size: 12 } };
+}
+
+// A step axis: whole steps only (never fractions), a tick at least every 48 px. The range is
+// left to autorange, so a zoom the user made stays (uirevision) while new steps arrive.
+export function stepAxis(first, last, plotWidth, extra) {
+  const span = Math.max(1, last - first + 1);
+  const most = Math.max(1, Math.floor(plotWidth / 48));
+  let dtick = 1;
+  for (const d of [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]) { dtick = d; if (span / d <= most) break; }
+  return axis({ autorange: true, tickmode: "linear", tick0: 0, dtick, tickformat: "d", ...extra });
+}

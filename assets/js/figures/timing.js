@@ -1,0 +1,123 @@
+// 4. Timing: each step's phase times (the source's phases, colours from the server), rows per
+// step against the rows a padded batch would need, and generated tokens per second.
+import { axis, baseLayout, emptyFigure, esc, LINE_PX, stepAxis, THEME } from "./common.js";
+import { fitParts, shorten, textWidth } from "../text_fit.js";
+
+const MARGIN = { l: 56, r: 56 };
+const OTHER_COLOR = "#a6a6a6", PADDED_COLOR = "#ff6b6b";
+const THROUGHPUT_WINDOW = 10, LEGEND_SIZE = 11;
+
+export function timing(records, view) {
+  if (!records.length) return emptyFigure(view, view.t("empty.timing"));
+  const t = view.t, steps = records.map((r) => r.step);
+  const throughput = tokensPerSecond(records);
+  const phases = phaseBars(records, view);
+  const data = [...phases, rowBars(records, t), paddedLine(records, t), throughputLine(records, throughput, t)];
+  const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
+  const stats = fitParts(statsParts(records, throughput, t), { width: plotWidth, size: 12, maxLines: 3 });
+  const margin = { ...MARGIN, t: legendLines(phases.map((d) => d.name), plotWidth) * 19 + 6,
+    b: LINE_PX + 10 + stats.lines * 16 };
+  const panels = domains(view.size.height - margin.t - margin.b);
+  const first = Math.min(...steps), last = Math.max(...steps);
+  const yTitle = (key, extra) => ({ text: shorten(t.short(key), panels.px, 12), font: { size: 12, ...extra } });
+  return { ids: [...new Set(records.flatMap((r) => r.segments.map((s) => s.request_id)))], data,
+    layout: baseLayout(view, {
+      barmode: "stack", showlegend: true, margin,
+      legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom", font: { size: LEGEND_SIZE },
+        bgcolor: "rgba(0,0,0,0)", traceorder: "normal" },
+      xaxis: stepAxis(first, last, plotWidth, { anchor: "y", showticklabels: false, matches: "x2" }),
+      yaxis: axis({ domain: panels.top, title: yTitle("timing.ms"), rangemode: "tozero", nticks: panels.ticks }),
+      xaxis2: stepAxis(first, last, plotWidth, { anchor: "y2",
+        title: { text: stats.text, standoff: 4, font: { size: 12 } } }),
+      yaxis2: axis({ domain: panels.bottom, title: yTitle("timing.rows"), rangemode: "tozero", tickformat: "d",
+        nticks: panels.ticks }),
+      yaxis3: axis({ overlaying: "y2", side: "right", showgrid: false, rangemode: "tozero",
+        title: yTitle("timing.tps", { color: THEME.accent }), tickfont: { color: THEME.accent }, nticks: panels.ticks }),
+      annotations: [rowsKey(t, panels.bottom[1], plotWidth)],
+    }) };
+}
+
+// The key of the lower panel (rows, padded rows, tok/s), in the gap above it.
+function rowsKey(t, y, plotWidth) {
+  const text = [`<span style="color:${THEME.rows}">■</span> ${t.short("timing.rows")}`,
+    `<span style="color:${PADDED_COLOR}">┄●┄</span> ${t.short("timing.padded")}`,
+    `<span style="color:${THEME.accent}">━</span> ${t.short("timing.tps")}`].join("   ");
+  return { xref: "paper", yref: "paper", x: 0, y, xanchor: "left", yanchor: "bottom", yshift: 2,
+    showarrow: false, font: { size: LEGEND_SIZE }, text: shorten(text, plotWidth, LEGEND_SIZE) };
+}
+
+// The y domains of the two panels, apart by a tick label's height and the lower panel's key,
+// and how many ticks each has room for (one per 28 px).
+function domains(plotHeight) {
+  const h = Math.max(plotHeight, 1), gap = 46 / h, px = (h - 46) / 2;
+  return { top: [0.5 + gap / 2, 1], bottom: [0, 0.5 - gap / 2], ticks: Math.max(2, Math.floor(px / 28)), px };
+}
+
+// One stacked bar per phase the source declares, and "other": the rest of the step's total.
+function phaseBars(records, view) {
+  const t = view.t, phases = view.meta.phases;
+  const label = (name) => esc(t.has(`phase.${name}`) ? t.short(`phase.${name}`) : name);
+  const bars = phases.map(({ name, color }) => ({
+    type: "bar", name: label(name),
+    x: records.map((r) => r.step), y: records.map((r) => r.durations_ms[name] ?? 0),
+    xaxis: "x", yaxis: "y", marker: { color }, meta: { role: "phase", phase: name },
+    hovertemplate: `${esc(t("hover.step", { step: "%{x}" }))} · ${label(name)} %{y:.1f} ms<extra></extra>`,
+  }));
+  const other = records.map((r) => Math.max(0, r.durations_ms.total -
+    phases.reduce((sum, { name }) => sum + (r.durations_ms[name] ?? 0), 0)));
+  bars.push({ type: "bar", name: label("other"), x: records.map((r) => r.step), y: other,
+    xaxis: "x", yaxis: "y", marker: { color: OTHER_COLOR }, meta: { role: "phase", phase: "other" },
+    hovertemplate: `${esc(t("hover.step", { step: "%{x}" }))} · ${label("other")} %{y:.1f} ms<extra></extra>` });
+  return bars;
+}
+
+function rowBars(records, t) {
+  return { type: "bar", name: esc(t("timing.rows")), x: records.map((r) => r.step), y: records.map((r) => r.num_rows),
+    xaxis: "x2", yaxis: "y2", marker: { color: THEME.rows }, meta: { role: "rows" }, showlegend: false,
+    hovertemplate: `${esc(t("hover.rows_step", { step: "%{x}", rows: "%{y}" }))}<extra></extra>` };
+}
+
+function paddedLine(records, t) {
+  return { type: "scatter", mode: "lines+markers", name: esc(t("timing.padded")), x: records.map((r) => r.step),
+    y: records.map((r) => r.padded_rows), xaxis: "x2", yaxis: "y2", meta: { role: "padded" }, showlegend: false,
+    line: { color: PADDED_COLOR, dash: "dot", width: 1.5 }, marker: { size: 4 },
+    hovertemplate: `${esc(t("hover.padded", { step: "%{x}", rows: "%{y}" }))}<extra></extra>` };
+}
+
+function throughputLine(records, throughput, t) {
+  return { type: "scatter", mode: "lines", name: esc(t("timing.tps")), x: records.map((r) => r.step), y: throughput,
+    xaxis: "x2", yaxis: "y3", line: { color: THEME.accent, width: 2 }, meta: { role: "throughput" }, showlegend: false,
+    hovertemplate: `${esc(t("hover.tps", { step: "%{x}" }))} %{y:.1f}<extra></extra>` };
+}
+
+// Generated tokens per second over the last 10 records. Steps missing from the window (the hub
+// dropped them) count as sampling as many tokens as the records received, so drops do not
+// lower the curve.
+export function tokensPerSecond(records) {
+  return records.map((r, i) => {
+    const window = records.slice(Math.max(0, i - THROUGHPUT_WINDOW + 1), i + 1);
+    const first = window[0], span = r.t_end - first.t_start;
+    const generated = window.reduce((a, x) => a + Object.keys(x.sampled || {}).length, 0);
+    return span > 0 ? (generated * (r.step - first.step + 1)) / window.length / span : 0;
+  });
+}
+
+function statsParts(records, throughput, t) {
+  const last = records[records.length - 1];
+  const packed = records.reduce((a, r) => a + r.num_rows, 0);
+  const padded = records.reduce((a, r) => a + r.padded_rows, 0);
+  return [t.short("timing.step"), t.short("timing.last", { ms: last.durations_ms.total.toFixed(0) }),
+    `${throughput[throughput.length - 1].toFixed(1)} ${t.short("timing.tps")}`,
+    t.short("timing.padding", { ratio: packed ? (padded / packed).toFixed(2) : "1.00" })];
+}
+
+// Rows of a horizontal legend: Plotly wraps its items (symbol + text + gap) at the plot width.
+function legendLines(names, width) {
+  let rows = 1, used = 0;
+  for (const name of names) {
+    const item = textWidth(name, LEGEND_SIZE) + 46;
+    if (used && used + item > width) { rows += 1; used = 0; }
+    used += item;
+  }
+  return rows;
+}

@@ -1,0 +1,131 @@
+// 1. Token layout: this step's packed rows on the token budget's scale (a 102-row step of a
+// 512 budget covers 102/512 of the width), the same rows zoomed to the step's own width (a
+// labelled zoom with its own ticks, where a 1-row decode is readable), and the recent steps.
+import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
+  stepAxis, THEME, titleAnnotation } from "./common.js";
+import { shorten } from "../text_fit.js";
+
+const MARGIN = { l: 56, r: 16, b: 40 };
+const STRIP = { label: 16, bar: 22, ticks: 20, gap: 12 };
+const MAX_SUM_TERMS = 6, MAX_STALLED = 8;
+
+export function tokenLayout(records, view) {
+  const record = records[records.length - 1];
+  if (!record) return emptyFigure(view, view.t("empty.layout"));
+  const full = Math.max(record.token_budget, record.num_rows, 1);
+  const { annotation, height } = titleAnnotation(titleParts(record, view),
+    { widthPx: view.size.width - 8, maxLines: 3 });
+  annotation.xshift = -MARGIN.l + 4;
+  const margin = { ...MARGIN, t: height };
+  const geometry = stripGeometry(view.size.height - margin.t - margin.b);
+  const plotWidth = view.size.width - margin.l - margin.r;
+  const data = [
+    ...stripBars(record, view, "x", "y", "rows"), unusedBar(record, view),
+    ...stripBars(record, view, "x3", "y3", "zoom"), ...historyBars(records, view),
+  ];
+  const steps = records.map((r) => r.step);
+  return { ids: record.segments.map((s) => s.request_id), data, layout: baseLayout(view, {
+    barmode: "overlay", margin, uniformtext: { mode: "hide", minsize: 9 },
+    xaxis: axis({ range: [0, full], anchor: "y", showgrid: false, zeroline: false, tickfont: { size: 10 },
+      ticks: "outside", fixedrange: true }),
+    yaxis: stripAxis(geometry.budget),
+    xaxis3: axis({ range: [0, Math.max(1, record.num_rows)], anchor: "y3", showgrid: false,
+      zeroline: false, tickfont: { size: 10 }, ticks: "outside", tickformat: "d", fixedrange: true }),
+    yaxis3: stripAxis(geometry.zoom),
+    xaxis2: stepAxis(Math.min(...steps), Math.max(...steps), plotWidth,
+      { anchor: "y2", title: { ...axisTitle(view.t.parts("layout.history_x"), plotWidth, 1), standoff: 4 } }),
+    yaxis2: axis({ domain: geometry.history, range: [0, full], title: { text: view.t.short("layout.history_y"),
+      font: { size: 12 } }, tickformat: "d" }),
+    annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth)],
+  }) };
+}
+
+// The y domains of the two strips and of the history, from their pixel heights.
+function stripGeometry(plotHeight) {
+  const h = Math.max(plotHeight, 1);
+  const budgetTop = h - STRIP.label, budgetBottom = budgetTop - STRIP.bar;
+  const zoomTop = budgetBottom - STRIP.ticks - STRIP.label, zoomBottom = zoomTop - STRIP.bar;
+  const historyTop = Math.max(zoomBottom - STRIP.ticks - STRIP.gap, h * 0.2);
+  return { budget: [budgetBottom / h, budgetTop / h], zoom: [zoomBottom / h, zoomTop / h],
+    history: [0, historyTop / h] };
+}
+
+function stripAxis(domain) {
+  return axis({ domain, range: [-0.5, 0.5], fixedrange: true, showticklabels: false,
+    showgrid: false, zeroline: false });
+}
+
+function stripLabels(record, view, geometry, plotWidth) {
+  const zoom = record.token_budget / Math.max(1, record.num_rows);
+  const texts = [
+    [view.t("layout.budget_strip", { budget: record.token_budget }), geometry.budget[1]],
+    [view.t("layout.zoom_strip", { rows: record.num_rows, zoom: zoom.toFixed(1) }), geometry.zoom[1]],
+  ];
+  return texts.map(([text, y]) => ({ xref: "paper", yref: "paper", x: 0, y, xanchor: "left",
+    yanchor: "bottom", showarrow: false, font: { size: 11, color: THEME.muted },
+    text: shorten(esc(text), plotWidth, 11) }));
+}
+
+function stripBars(record, view, xaxis, yaxis, role) {
+  return record.segments.map((s) => ({
+    type: "bar", orientation: "h", x: [s.num_rows], base: [s.row_start], y: [0], xaxis, yaxis,
+    width: 0.9, name: esc(s.request_id), meta: { role, rid: s.request_id },
+    text: [`${esc(s.request_id)} ${s.num_rows}`], textposition: "inside", insidetextanchor: "middle",
+    textangle: 0, textfont: { color: THEME.outline, size: 12 }, marker: segmentMarker(view, s, 0.5),
+    hovertemplate: `${esc(s.request_id)} · ${kindText(view.t, s.kind)}<br>${rowsText(view.t, s.row_start, s.num_rows)}` +
+      `<br>${view.t("hover.positions", { first: s.num_cached, last: s.num_keys - 1 })}<extra></extra>`,
+  }));
+}
+
+function unusedBar(record, view) {
+  const unused = Math.max(0, record.token_budget - record.num_rows);
+  return { type: "bar", orientation: "h", x: [unused], base: [record.num_rows], y: [0],
+    xaxis: "x", yaxis: "y", width: 0.9, name: "unused", meta: { role: "unused" },
+    marker: { color: "rgba(127,138,163,0.16)", line: { width: 0 } },
+    hovertemplate: `${esc(view.t("hover.unused", { unused, budget: record.token_budget }))}<extra></extra>` };
+}
+
+function historyBars(records, view) {
+  const traces = new Map();
+  for (const r of records) {
+    for (const s of r.segments) {
+      const key = `${s.request_id}|${isPrefill(s)}`;
+      if (!traces.has(key)) {
+        traces.set(key, { type: "bar", x: [], y: [], base: [], customdata: [], xaxis: "x2", yaxis: "y2",
+          name: esc(s.request_id), width: 0.8, marker: segmentMarker(view, s, 0.5), meta: { role: "history" },
+          hovertemplate: `${esc(s.request_id)}<br>${esc(view.t("hover.step", { step: "%{x}" }))} · %{customdata}<extra></extra>` });
+      }
+      const trace = traces.get(key);
+      trace.x.push(r.step); trace.y.push(s.num_rows); trace.base.push(s.row_start);
+      trace.customdata.push(`${kindText(view.t, s.kind)} · ${rowsText(view.t, s.row_start, s.num_rows)}`);
+    }
+  }
+  return [...traces.values()];
+}
+
+// "step 12: A 1 + B 1 + C 100 = 102 rows of 512 · stalled: A35, B36", in wrap-able parts.
+function titleParts(record, view) {
+  const t = view.t, segments = record.segments;
+  const terms = segments.length && segments.length <= MAX_SUM_TERMS
+    ? segments.map((s, i) => ({ text: `<span style="color:${colorOf(view, s.request_id)}">${esc(s.request_id)} ${s.num_rows}</span>`,
+      before: i ? " + " : " ", lead: i ? "+ " : "" }))
+    : [{ text: t("layout.requests", { n: segments.length }), before: " " }];
+  const [rows, ...rowsOther] = t.parts(record.num_rows === 1 ? "layout.rows_one" : "layout.rows",
+    { rows: `<b>${record.num_rows}</b>`, budget: record.token_budget });
+  const parts = [`${t("layout.step", { step: record.step })}:`, ...terms, { text: `= ${rows}`, before: " " }, ...rowsOther];
+  if (record.policy !== "mixed") parts.push(...t.parts(`policy.${record.policy}`));
+  const stalled = stalledIds(record);
+  if (stalled.length) {
+    const ids = stalled.slice(0, MAX_STALLED).map(esc).join(", ") +
+      (stalled.length > MAX_STALLED ? `, +${stalled.length - MAX_STALLED}` : "");
+    parts.push(...t.parts("layout.stalled", { ids }).map((text) => `<span style="color:${THEME.alarm}">${text}</span>`));
+  }
+  return parts;
+}
+
+// Requests that are decoding but got no row this step (a prefill_first step stalls them).
+export function stalledIds(record) {
+  const scheduled = new Set(record.segments.map((s) => s.request_id));
+  return Object.entries(record.requests || {})
+    .filter(([rid, info]) => info.status === "decoding" && !scheduled.has(rid)).map(([rid]) => rid);
+}

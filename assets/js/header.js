@@ -1,0 +1,79 @@
+// The header's status line, tagline and the banner (loading, failed to load, engine dead).
+// Pure views of the status (tested in node) and the DOM calls that show them (textContent).
+
+// The request counts the header shows: the server's (status.counts: the numbers /metrics
+// reports), else the latest record's queue lengths.
+export function counts(status, record) {
+  if (status && status.counts) return status.counts;
+  return record ? { pending: 0, waiting: record.num_waiting, running: record.num_running } : null;
+}
+
+// The status line as parts: [{part, text, data?}].
+export function statusParts(status, record, t, link) {
+  if (link === "reconnecting") return [{ part: "link", text: t.short("status.reconnecting") }];
+  if (!status) return [{ part: "link", text: t.short("status.connecting") }];
+  const parts = [{ part: "source", text: sourceText(status, t) }, { part: "model", text: status.model || "" }];
+  if (record) {
+    parts.push({ part: "step", text: t.short("status.step", { step: record.step }) },
+      { part: "policy", text: t.short(`policy.${record.policy}`) },
+      { part: "budget", text: t.short("status.budget", { budget: record.token_budget }) },
+      { part: "chunked", text: t.short(record.chunked_prefill ? "status.chunked_on" : "status.chunked_off") });
+  }
+  const c = counts(status, record);
+  if (c) {
+    const text = ["pending", "waiting", "running"].map((k) => `${c[k] ?? 0} ${t.short(`status.${k}`)}`).join(" · ");
+    parts.push({ part: "counts", data: c, text });
+  }
+  if (status.paused && status.source !== "replay") parts.push({ part: "paused", text: t.short("status.paused") });
+  if (status.shared_view) parts.push({ part: "shared", text: t.short("status.shared_view") });
+  if (status.viewers != null) {
+    parts.push({ part: "viewers", text: t.short(status.viewers === 1 ? "status.viewer" : "status.viewers", { n: status.viewers }) });
+  }
+  if (link === "sse") parts.push({ part: "link", text: t.short("status.sse") });
+  return parts.filter((p) => p.text);
+}
+
+function sourceText(status, t) {
+  const key = `status.source_${status.source}`;
+  return `● ${t.has(key) ? t.short(key) : status.source}`;
+}
+
+// The banner: hidden, or a loading / failed / dead message.
+export function bannerView(status, t) {
+  if (!status) return { hidden: true };
+  const error = status.error ?? status.load_error ?? "";
+  if (status.state === "loading") {
+    const seconds = status.load_seconds ?? 0;
+    return { hidden: false, failed: false, text: t("banner.loading", { model: status.model || "", seconds }),
+      progress: Math.round(100 * (1 - Math.exp(-seconds / 8))) };
+  }
+  if (status.state === "failed") return { hidden: false, failed: true, text: t("banner.failed", { error }), progress: 100 };
+  if (status.state === "dead") return { hidden: false, failed: true, text: t("banner.dead", { error }), progress: 100 };
+  return { hidden: true };
+}
+
+export function showHeader(doc, status, record, t, link) {
+  const line = doc.getElementById("bs-status");
+  if (line) {
+    line.replaceChildren(...statusParts(status, record, t, link).flatMap((p, i) => {
+      const span = doc.createElement("span");
+      span.className = `bs-status-${p.part}`;
+      span.textContent = p.text;
+      for (const [k, v] of Object.entries(p.data || {})) span.dataset[k] = String(v);
+      return i ? [doc.createTextNode(" · "), span] : [span];
+    }));
+  }
+  const tagline = doc.querySelector("#bs-header .bs-tagline");
+  if (tagline && status) tagline.textContent = t(status.source === "replay" ? "tagline.replay" : "tagline.live");
+  showBanner(doc, bannerView(status, t));
+}
+
+function showBanner(doc, view) {
+  const banner = doc.getElementById("bs-banner");
+  if (!banner) return;
+  banner.hidden = view.hidden;
+  if (view.hidden) return;
+  banner.classList.toggle("bs-failed", view.failed);
+  banner.querySelector(".bs-banner-text").textContent = view.text;
+  banner.querySelector(".bs-progress-bar").style.width = `${view.progress}%`;
+}

@@ -1,0 +1,92 @@
+// The telemetry stream: the websocket /ws/telemetry, or the same messages over SSE
+// (GET /telemetry/stream) where a proxy will not carry websockets.
+//
+// The websocket is tried first; if it cannot open or closes before its first message, the page
+// falls back to SSE for good. Either way a lost connection is reopened with backoff (0.3 s
+// doubling to 5 s, reset by a message), and a connection silent for 6 s (the server speaks at
+// least every 2 s) is closed and reopened. The environment (WebSocket, EventSource, timers) is
+// passed in, so the state machine runs under node's tests with fakes.
+
+export const SILENCE_MS = 6000;
+const BACKOFF_MS = 300, MAX_BACKOFF_MS = 5000;
+
+// ``onMessage(parsed)``; ``onLink(kind)`` with "ws" | "sse" | "reconnecting".
+export function openTelemetry({ base, onMessage, onLink, env }) {
+  return new TelemetryLink(base, onMessage, onLink, env);
+}
+
+class TelemetryLink {
+  constructor(base, onMessage, onLink, env) {
+    Object.assign(this, { base, onMessage, onLink, env });
+    this.kind = "ws";
+    this.current = null;
+    this.retries = 0;
+    this.timer = null;
+    this.silence = null;
+    this.closed = false;
+    this.open();
+  }
+
+  get connected() { return !!(this.current && this.current.heard); }
+
+  close() {
+    this.closed = true;
+    this.env.clearTimeout(this.timer);
+    this.env.clearTimeout(this.silence);
+    if (this.current) this.current.close();
+  }
+
+  open() {
+    this.current = this.kind === "ws" ? this.openSocket() : this.openStream();
+    this.watch();
+  }
+
+  // Reopen the link unless a message comes within SILENCE_MS.
+  watch() {
+    this.env.clearTimeout(this.silence);
+    const connection = this.current;
+    this.silence = this.env.setTimeout(() => this.lost(connection), SILENCE_MS);
+  }
+
+  heard(connection, kind, data) {
+    if (!connection.heard) { connection.heard = true; this.onLink(kind); }
+    this.retries = 0;
+    this.watch();
+    let message;
+    try { message = JSON.parse(data); } catch { return; }
+    if (message.type !== "ping") this.onMessage(message);
+  }
+
+  lost(connection) {
+    if (connection !== this.current || this.closed) return;
+    if (this.kind === "ws" && !connection.heard) this.kind = "sse";  // never worked: fall back
+    connection.close();
+    this.current = null;
+    this.env.clearTimeout(this.silence);
+    this.onLink("reconnecting");
+    const delay = Math.min(MAX_BACKOFF_MS, BACKOFF_MS * 2 ** this.retries++);
+    this.timer = this.env.setTimeout(() => this.open(), delay);
+  }
+
+  url(path, websocket) {
+    const u = new URL(path, this.base);
+    if (websocket) u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    return u.toString();
+  }
+
+  openSocket() {
+    const ws = new this.env.WebSocket(this.url("/ws/telemetry", true));
+    const connection = { heard: false, close: () => { ws.onclose = ws.onerror = ws.onmessage = null; ws.close(); } };
+    ws.onmessage = (event) => this.heard(connection, "ws", event.data);
+    ws.onclose = ws.onerror = () => this.lost(connection);
+    return connection;
+  }
+
+  openStream() {
+    const source = new this.env.EventSource(this.url("/telemetry/stream", false));
+    const connection = { heard: false, close: () => { source.onmessage = source.onerror = null; source.close(); } };
+    source.onmessage = (event) => this.heard(connection, "sse", event.data);
+    source.onerror = () => this.lost(connection);
+    return connection;
+  }
+}

@@ -1,0 +1,132 @@
+"""Checks that what a view DRAWS equals the record it shows, read from Plotly's full layout and
+data and from the pixel boxes of the rendered SVG (drawn.js). Shared by the replay and the
+live-engine browser tests."""
+from __future__ import annotations
+
+from chromium import drawn
+
+PX = 1.5  # pixel tolerance of a drawn edge (anti-aliasing, bar outlines)
+VIEWS = ["bs-token-layout", "bs-block-tables", "bs-attention", "bs-timing"]
+
+
+def segment_bars(figure: dict) -> dict[str, list[dict]]:
+    """Horizontal bars by x axis: (name, base, extent, pixel box) of each drawn bar."""
+    by_axis: dict[str, list[dict]] = {}
+    for trace in figure["traces"]:
+        if trace["type"] != "bar" or trace["orientation"] != "h":
+            continue
+        bases = trace["base"] or [0] * len(trace["x"])
+        for k, (extent, base) in enumerate(zip(trace["x"], bases, strict=True)):
+            box = trace["boxes"][k] if k < len(trace["boxes"]) else None
+            by_axis.setdefault(trace["xaxis"], []).append(
+                {"name": trace["name"], "base": base, "extent": extent, "box": box})
+    return by_axis
+
+
+def shows(driver, record: dict) -> bool:
+    """Whether every view is drawn for ``record``'s step."""
+    return drawn(driver, "drawnSteps", VIEWS) == [record["step"]] * len(VIEWS)
+
+
+def rows_drawn(driver, record: dict) -> tuple[dict, list[str]] | None:
+    """The token-layout figure and the x axes on which every segment of ``record`` is drawn as
+    a bar (name, first row, rows), or None while the figure shows another step."""
+    figure = drawn(driver, "drawnFigure", "bs-token-layout")
+    if not figure:
+        return None
+    wanted = {(s["request_id"], s["row_start"], s["num_rows"]) for s in record["segments"]}
+    axes = [axis for axis, bars in segment_bars(figure).items()
+            if wanted <= {(b["name"], b["base"], b["extent"]) for b in bars}]
+    return (figure, axes) if axes else None
+
+
+def x_pixel(axis: dict, value: float) -> float:
+    lo, hi = axis["range"]
+    return axis["offset"] + (value - lo) / (hi - lo) * axis["length"]
+
+
+def y_pixel(axis: dict, value: float) -> float:
+    lo, hi = axis["range"]
+    return axis["offset"] + axis["length"] * (1 - (value - lo) / (hi - lo))
+
+
+def check_token_rows(figure: dict, axes: list[str], record: dict) -> None:
+    """The step's rows span exactly num_rows on an axis whose full range is the token budget."""
+    budget = record["token_budget"]
+    on_budget = [a for a in axes if figure["axes"][a]["range"] == [0, budget]]
+    assert on_budget, (f"step {record['step']}: {record['num_rows']} rows of {budget} are drawn "
+                       f"on axes {[figure['axes'][a]['range'] for a in axes]}, none [0, {budget}]")
+    axis = figure["axes"][on_budget[0]]
+    left = figure["svg"]["left"]
+    bars = {(b["name"], b["base"], b["extent"]): b for b in segment_bars(figure)[on_budget[0]]}
+    widths = 0.0
+    for s in record["segments"]:
+        box = bars[(s["request_id"], s["row_start"], s["num_rows"])]["box"]
+        assert box is not None, f"step {record['step']}: no bar drawn for {s['request_id']}"
+        assert abs(box["left"] - (left + x_pixel(axis, s["row_start"]))) <= PX
+        assert abs(box["width"] - (x_pixel(axis, s["num_rows"]) - x_pixel(axis, 0))) <= PX
+        widths += box["width"]
+    assert abs(widths / axis["length"] - record["num_rows"] / budget) <= PX * 4 / axis["length"]
+
+
+def check_attention(figure: dict, record: dict) -> None:
+    """Each segment's rows are cu_seqlens_q's, its keys seq_lens_k's (drawn and labelled)."""
+    yaxis = figure["axes"]["y"]
+    segments = [t for t in figure["traces"] if (t["meta"] or {}).get("role") == "segment"]
+    assert [t["meta"]["rid"] for t in segments] == [s["request_id"] for s in record["segments"]]
+    cu, keys = record["cu_seqlens_q"], record["seq_lens_k"]
+    for k, (trace, segment) in enumerate(zip(segments, record["segments"], strict=True)):
+        assert (min(trace["y"]), max(trace["y"])) == (cu[k], cu[k + 1])
+        assert max(trace["x"]) - min(trace["x"]) == segment["num_rows"]  # this step's keys
+        cached = next((t["meta"]["cached"] for t in figure["traces"] if (t["meta"] or {}).get("role")
+                       == "cached" and t["meta"]["rid"] == segment["request_id"]), 0)
+        assert cached + segment["num_rows"] == trace["meta"]["keys"] == keys[k]
+        top = min(b["top"] for b in trace["boxes"])
+        bottom = max(b["bottom"] for b in trace["boxes"])
+        svg_top = figure["svg"]["top"]
+        assert abs(top - (svg_top + y_pixel(yaxis, cu[k]))) <= PX + 1
+        assert abs(bottom - (svg_top + y_pixel(yaxis, cu[k + 1]))) <= PX + 1
+    labels = [t["text"] for t in figure["ticks"] if "xtick" in t["axis"]]
+    expected = {f"{s['request_id']} {s['num_keys']}" for s in record["segments"]}
+    assert labels and set(labels) <= expected, (labels, expected)
+
+
+def check_block_tables(figure: dict, record: dict) -> None:
+    """Every block-table cell is the record's block id, every row a request it schedules."""
+    [tables] = [t for t in figure["traces"] if (t["meta"] or {}).get("role") == "tables"]
+    rids = list(record["block_tables"])[:16]
+    assert tables["y"] == rids
+    for row, rid in zip(tables["text"], rids, strict=True):
+        assert [c for c in row if c != ""] == [str(b) for b in record["block_tables"][rid][:64]]
+    ticks = [t["text"] for t in figure["ticks"] if "ytick" in t["axis"]]
+    assert set(rids) <= set(ticks)
+
+
+def check_views(driver, record: dict) -> None:
+    """All three checks on the page's current figures (which show ``record``)."""
+    figure, axes = rows_drawn(driver, record)
+    check_token_rows(figure, axes, record)
+    check_attention(drawn(driver, "drawnFigure", "bs-attention"), record)
+    check_block_tables(drawn(driver, "drawnFigure", "bs-block-tables"), record)
+
+
+def overlaps(a: dict, b: dict, slack: float = 1.0) -> bool:
+    return (a["left"] + slack < b["right"] and b["left"] + slack < a["right"]
+            and a["top"] + slack < b["bottom"] and b["top"] + slack < a["bottom"])
+
+
+def assert_texts_readable(driver, where: str) -> None:
+    """No label of any view runs out of its figure or over another label."""
+    for view in VIEWS:
+        drawn_texts = drawn(driver, "drawnTexts", view)
+        svg = drawn_texts["svg"]
+        for text in drawn_texts["texts"]:
+            box = text["box"]
+            assert (box["left"] >= svg["left"] - 1 and box["right"] <= svg["right"] + 1
+                    and box["top"] >= svg["top"] - 1 and box["bottom"] <= svg["bottom"] + 1), \
+                f"{where}: {view}: {text['kind']} {text['text']!r} runs out of the figure"
+        texts = drawn_texts["texts"]
+        for k, a in enumerate(texts):
+            for b in texts[k + 1:]:
+                assert not overlaps(a["box"], b["box"]), \
+                    f"{where}: {view}: {a['kind']} {a['text']!r} overlaps {b['kind']} {b['text']!r}"
