@@ -91,3 +91,15 @@ def large_pool() -> list[dict]:
 
 SCENARIOS = (article_step, packed_then_fallback, chunked_prefill, preempt_and_resume,
              finish_and_abort, large_pool)
+
+
+def prefills(request_ids: list[str], *, num_tokens: int = 4) -> dict:
+    """One step that prefills each of ``request_ids`` whole (``num_tokens`` each) and samples a
+    token for each: ids as vLLM's engine core names them."""
+    builder = RecordBuilder(SETTINGS)
+    rows = {rid: (num_tokens, 0, num_tokens) for rid in request_ids}
+    step = scheduled(rows, admitted={rid: Admission(0, num_tokens) for rid in request_ids},
+                     kv=small_pool(owners={1 + i: rid for i, rid in enumerate(request_ids)}))
+    live = {rid: LiveRequest("running", num_tokens, num_tokens, 1) for rid in request_ids}
+    return builder.build(step, outcome(list(request_ids), sampled=dict.fromkeys(request_ids, 7),
+                                       requests=live))

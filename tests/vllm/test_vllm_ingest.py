@@ -1,4 +1,4 @@
-"""Batchscope's ingest (viz/ingest.py): token, hello, validation, one engine at a time, and the
+"""Batchscope's ingest (viz/sources/ingest.py): token, hello, validation, one engine at a time, and the
 plugin's real sender streaming into it over a loopback websocket (no vLLM needed)."""
 import json
 import logging
@@ -9,11 +9,9 @@ from fastapi import FastAPI, WebSocket
 from ingest_receiver import wait_until
 from record_scenarios import article_step, chunked_prefill
 
-from support.server import BackgroundServer
+from viz.sources.ingest import IngestSource, Refused, serve_ingest
 
-ingest = pytest.importorskip(
-    "viz.ingest", reason="viz/ingest.py needs core's RecordSource (engine/record_source.py)")
-IngestSource, Refused, serve_ingest = ingest.IngestSource, ingest.Refused, ingest.serve_ingest
+from support.server import BackgroundServer
 
 TOKEN = "s3cret"
 HELLO = {"type": "hello", "protocol": 1, "token": TOKEN,

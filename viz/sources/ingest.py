@@ -6,12 +6,16 @@ step. This source checks the token (constant-time), validates every record with
 ``engine.telemetry.validate_record`` and hands the good ones to its subscribers; bad records,
 bad JSON and unknown messages are dropped and counted, never raised. One engine at a time: a
 second producer is refused with 4409 while the first is connected (a restarted vLLM connects
-again once its old connection is gone). Attach mode's own client (prompts sent to vLLM's API)
-publishes its RequestEvents through ``publish_event``.
+again once its old connection is gone). Attach mode's own client (prompts sent to vLLM's API,
+viz/remote/) publishes its RequestEvents through ``publish_event`` and registers the engine ids
+of its requests in ``aliases``, so records name them as the dashboard does (request_aliases.py).
 
 States (``status()["state"]``): "loading" until an engine has said hello, "ready" while one is
 connected, "dead" after it went away (``error`` says so; back to "ready" when one returns),
-"stopped" after ``close()``. ``counts()`` are the latest record's queue lengths.
+"stopped" after ``close()``. While loading, ``load_seconds`` counts the wait. ``status()`` also
+carries ``"ingest"``: the counters of ``IngestStats`` (records taken, invalid messages dropped,
+connections refused, records the engine's own queue dropped). ``counts()`` are the latest
+record's queue lengths.
 """
 from __future__ import annotations
 
@@ -24,8 +28,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fastapi import FastAPI, WebSocket
+
 from engine.record_source import SourceInfo, Unsubscribe
 from engine.telemetry import upgrade_record, validate_record
+
+from .request_aliases import RequestAliases
 
 PROTOCOL = 1
 HELLO_TIMEOUT = 10.0  # seconds for a new connection to say hello
@@ -48,6 +56,10 @@ class IngestStats:
     connections: int = 0  # producers welcomed so far
     last_error: str | None = field(default=None, repr=False)
 
+    def counters(self) -> dict[str, int]:
+        return {"records": self.records, "invalid": self.invalid, "refused": self.refused,
+                "dropped_by_engine": self.dropped_by_engine, "connections": self.connections}
+
 
 class IngestSource:
     def __init__(self, token: str, *, can_fire: bool = False, engine: str = "vllm") -> None:
@@ -63,7 +75,9 @@ class IngestSource:
         self._counts = {"waiting": 0, "running": 0}
         self._state, self._error = "loading", None
         self._started, self._load_seconds = time.monotonic(), None
+        self._attached = threading.Event()
         self.stats = IngestStats()
+        self.aliases = RequestAliases()
 
     # ---- RecordSource -------------------------------------------------------------------------
     def subscribe(self, on_record: Callable[[dict], None]) -> Unsubscribe:
@@ -76,8 +90,19 @@ class IngestSource:
         return self._info
 
     def status(self) -> dict:
+        waited = round(time.monotonic() - self._started, 1) if self._state == "loading" else None
         return {"state": self._state, "error": self._error, "paused": False,
-                "load_seconds": self._load_seconds}
+                "load_seconds": self._load_seconds if waited is None else waited,
+                "ingest": self.stats.counters()}
+
+    def wait_ready(self, timeout: float | None = None) -> SourceInfo:
+        """Block until an engine is attached; TimeoutError after ``timeout`` seconds,
+        RuntimeError once the source is closed."""
+        if not self._attached.wait(timeout):
+            raise TimeoutError(f"no engine attached within {timeout} s")
+        if self._state == "stopped":
+            raise RuntimeError("the ingest is closed")
+        return self._info
 
     def counts(self) -> dict[str, int]:
         return dict(self._counts)  # replaced whole per record: both numbers from one step
@@ -89,6 +114,7 @@ class IngestSource:
     def close(self) -> None:
         with self._lock:
             self._state, self._producer = "stopped", None
+        self._attached.set()
 
     # ---- the producer's connection ----------------------------------------------------------
     def open(self, hello: object) -> Producer:
@@ -110,6 +136,7 @@ class IngestSource:
             if self._load_seconds is None:
                 self._load_seconds = round(time.monotonic() - self._started, 3)
             self.stats.connections += 1
+        self._attached.set()
         log.info("ingest: %s %s attached (%s)", info.engine, info.engine_version, info.model)
         return producer
 
@@ -144,7 +171,7 @@ class IngestSource:
             self.stats.invalid += 1
             self.stats.last_error = str(exc)[:200]
             return
-        record = upgrade_record(record)
+        record = self.aliases.rename(upgrade_record(record))
         self._counts = {"waiting": record["num_waiting"], "running": record["num_running"]}
         self.stats.records += 1
         _deliver(self._record_subscribers, record)
@@ -212,6 +239,13 @@ def _deliver(subscribers: tuple[Callable[[dict], None], ...], data: dict) -> Non
 
 
 # ---- the websocket endpoint (Starlette/FastAPI) --------------------------------------------
+def install_ingest(app: FastAPI, source: IngestSource, path: str = "/ingest") -> None:
+    """The producers' websocket on ``app`` (before anything is mounted at "/")."""
+    @app.websocket(path)
+    async def ingest(websocket: WebSocket) -> None:
+        await serve_ingest(websocket, source)
+
+
 async def serve_ingest(websocket, source: IngestSource) -> None:
     """Run one producer connection: ``app.websocket("/ingest")`` hands its socket here."""
     await websocket.accept()
