@@ -10,6 +10,7 @@ import pytest
 from viz.live.hub import TelemetryHub
 from viz.ui.firing import Firing, Knobs, plan_shot
 from viz.ui.presets import load_presets
+from viz.ui.submit import LocalSubmitter
 
 MAX_TOKENS = 5
 
@@ -31,7 +32,7 @@ def stepped(tiny_model_dir):
     hub.attach(llm)
     records = []
     llm.subscribe(records.append)
-    firing = Firing(llm, hub)
+    firing = Firing(LocalSubmitter(llm), hub)
     library = load_presets()
     llm.pause()
     planned = plan_shot(library, library.presets["article"], Knobs(3, MAX_TOKENS, 0.7, 0),

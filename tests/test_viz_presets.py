@@ -10,6 +10,7 @@ from viz.live.privacy import Audience
 from viz.live.viewer import Viewer
 from viz.ui.firing import Firing, Knobs, PlannedRequest, _exact_tokens, plan_shot
 from viz.ui.presets import load_presets
+from viz.ui.submit import LocalSubmitter
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_a_request_that_cannot_be_submitted_is_finished_with_its_error():
     params = SamplingParams(max_tokens=2)
     planned = [PlannedRequest("x1", [5, 6], "label", params, 0.0,
                               prepared=Prepared((5, 6), params, None))]
-    Firing(StoppedLLM(), hub).submit(planned, "token-a")
+    Firing(LocalSubmitter(StoppedLLM()), hub).submit(planned, "token-a")
     [entry] = json.loads(hub.snapshot(Viewer(Audience("token-a"))))["requests"]
     assert entry["finished"] and entry["finish_reason"] == "error" and entry["mine"]
     assert entry["error"] == "the engine is stopped"

@@ -1,4 +1,5 @@
-"""Recorder: trace files of a live engine, for the command line and the Record toggle.
+"""Recorder: trace files of a live record source (Batchscope's engine, or vLLM through the
+ingest), for the command line and the Record toggle.
 
 ``record_run(path)`` (``app.py --record PATH``) records the whole run with every request's
 text: the operator owns the machine, and the file is theirs to keep. ``start(tab, owner)``
@@ -28,6 +29,8 @@ TAB_LIMITS = TraceLimits(max_records=20_000, max_bytes=256 * 2**20)  # ~10 min o
 class Recorder:
     def __init__(self, llm, hub: TelemetryHub, directory: str | Path | None = None,
                  limits: TraceLimits = TAB_LIMITS):
+        """``llm``: the record source (an AsyncLLM, or an IngestSource): its ``status()``,
+        ``info()``, ``subscribe``/``subscribe_events`` and ``wait_ready()``."""
         self.llm = llm
         self.hub = hub
         self.limits = limits
@@ -53,8 +56,9 @@ class Recorder:
 
     def start(self, tab: object, owner: str | None) -> Path:
         """Start (or restart) a tab's recording; raises RuntimeError while loading."""
-        if self.llm.state != "ready":
-            raise RuntimeError(f"the model is not loaded: the engine is {self.llm.state}")
+        state = self.llm.status()["state"]
+        if state != "ready":
+            raise RuntimeError(f"the model is not loaded: the engine is {state}")
         audience = Audience(owner, self.hub.shared_view)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = self.directory / f"batchscope-{stamp}-{secrets.token_hex(3)}.jsonl.gz"

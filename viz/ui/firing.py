@@ -1,12 +1,12 @@
 """Firing: turn a preset (or a typed prompt) into timed requests and submit them.
 
 ``plan_shot`` builds the list of requests with their arrival offsets; ``fire`` prepares
-them all at once through the engine's facade (validated and tokenized, under the same prompt
-limit as the API, so a bad prompt fails the click, not a background thread), and hands them
-over from a background thread that keeps the arrival pattern (spacing, or "after the earlier
-ones are decoding", asked of the engine with ``wait_for``), claiming each id for the visitor
-in the hub first. Chat prompts go through ``prepare_chat``: text a visitor types can never
-become the template's special tokens.
+them all at once through the submitter (validated and counted, under the same prompt limit as
+the API, so a bad prompt fails the click, not a background thread), and hands them over from a
+background thread that keeps the arrival pattern (spacing, or "after the earlier ones are
+decoding", asked of the engine with ``wait_for``), claiming each id for the visitor in the hub
+first. The submitter is the engine behind the page: Batchscope's own, or a vLLM server reached
+through its OpenAI API (submit.py says what it does).
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from engine import AsyncLLM, SamplingParams
-from engine.prompts import Prepared
+from engine.sampling_params import SamplingParams
 from engine.telemetry import RequestEvent
 
 from ..live.hub import TelemetryHub
 from .presets import Preset, PresetLibrary, RequestSpec
 from .strings import PageError
+from .submit import Submitter
 
 log = logging.getLogger(__name__)
 AFTER_DECODING_TIMEOUT_S = 60.0
@@ -46,7 +46,7 @@ class PlannedRequest:
     params: SamplingParams
     delay_s: float  # after the shot starts (ignored when after_decoding)
     after_decoding: bool = False
-    prepared: Prepared | None = None  # set by ``Firing.fire``
+    prepared: object | None = None  # what the submitter prepared (set by ``Firing.fire``)
 
     @property
     def chat(self) -> bool:
@@ -82,10 +82,11 @@ class Firing:
     from the dashboard but not yet handed to the engine (a staggered arrival, "after the
     earlier ones are decoding")."""
 
-    def __init__(self, llm: AsyncLLM, hub: TelemetryHub, max_prompt_tokens: int | None = None):
+    def __init__(self, submitter: Submitter, hub: TelemetryHub,
+                 max_prompt_tokens: int | None = None):
         """``max_prompt_tokens``: the API's limit (``--api-max-prompt-tokens``), so that both
         paths refuse the same prompts with the same message."""
-        self.llm = llm
+        self.submitter = submitter
         self.hub = hub
         self.max_prompt_tokens = max_prompt_tokens
         self._pending = 0
@@ -95,12 +96,11 @@ class Firing:
         return self._pending
 
     def fire(self, planned: list[PlannedRequest], owner: str | None) -> list[str]:
-        """Validate every request now (ValueError), then submit them in the background."""
-        llm = self.llm
-        if llm.state != "ready":
-            raise PageError("model_loading") if llm.state == "loading" else \
-                PageError("engine_state", state=llm.state, error=llm.error)
-        prepared = [replace(item, prepared=self._prepare(item)) for item in planned]
+        """Validate every request now (ValueError, PageError), then submit them in the
+        background."""
+        self.submitter.check_ready()
+        prepared = [replace(item, prepared=self.submitter.prepare(item, self.max_prompt_tokens))
+                    for item in planned]
         self._count(len(prepared))
         thread = threading.Thread(target=self.submit, args=(prepared, owner),
                                   name="batchscope-fire", daemon=True)
@@ -113,7 +113,8 @@ class Firing:
         submitted: list[str] = []
         for item in planned:
             if item.after_decoding:
-                self.llm.wait_for(submitted, {"decoding", "finished"}, AFTER_DECODING_TIMEOUT_S)
+                self.submitter.wait_for(submitted, {"decoding", "finished"},
+                                        AFTER_DECODING_TIMEOUT_S)
             elif (wait := started + item.delay_s - time.monotonic()) > 0:
                 time.sleep(wait)
             if self._hand_over(item, owner):
@@ -122,7 +123,7 @@ class Firing:
     def _hand_over(self, item: PlannedRequest, owner: str | None) -> bool:
         self.hub.claim(item.request_id, owner, item.label)
         try:
-            self.llm.add_request(item.prepared, request_id=item.request_id)
+            self.submitter.submit(item)
         except Exception as exc:  # e.g. the engine stopped: finish the claimed entry
             log.exception("could not submit %s", item.request_id)
             self.hub.publish_event(RequestEvent(
@@ -133,16 +134,9 @@ class Firing:
             self._count(-1)
         return True
 
-    def _prepare(self, item: PlannedRequest) -> Prepared:
-        """Validated and tokenized as the API would (ValueError, with the API's message)."""
-        prepare = self.llm.prepare_chat if item.chat else self.llm.prepare
-        return prepare(item.prompt, item.params, max_prompt_tokens=self.max_prompt_tokens)
-
     def _count(self, change: int) -> None:
         with self._lock:
             self._pending += change
-
-
 
 
 def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer,

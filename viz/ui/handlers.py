@@ -4,6 +4,9 @@ Handlers know the visitor by the ``bs_visitor`` cookie (viz/live/identity.py) in
 same identity the telemetry stream uses, and the browser tab by its Gradio session (a tab's
 recording ends with the tab). Presenter controls check the key first and say whether it is
 missing or wrong. Every text they return comes from the strings table, in both languages.
+``llm`` is Batchscope's own engine, which the presenter steers (pause, step, policy...);
+attached to an engine in another process (vLLM) there is none: the page then offers firing
+and Record only.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ KEY_MESSAGES = {MISSING: "key_needed", WRONG: "key_wrong"}
 
 @dataclass
 class DashboardHandlers:
-    llm: AsyncLLM
+    llm: AsyncLLM | None  # None: attached to an engine in another process
     firing: Firing
     library: PresetLibrary
     identity: VisitorIdentity
@@ -46,7 +49,7 @@ class DashboardHandlers:
         knobs = Knobs(int(count), int(max_tokens), float(temperature), float(spacing_ms))
         try:
             planned = plan_shot(self.library, self.library.presets[preset_id], knobs,
-                                self.llm.tokenizer, text or "")
+                                self.firing.submitter.tokenizer, text or "")
             ids = self.firing.fire(planned, self.owner(request))
         except (ValueError, RuntimeError, PageError) as exc:
             gr.Warning(self.strings.both("not_fired", reason=exc))
@@ -97,8 +100,10 @@ class DashboardHandlers:
         tab = request.session_hash
         if not on:
             return self._stopped(self.recorder.stop(tab))
-        if self.llm.state != "ready":
-            message = self.strings.both("not_recording", reason=PageError("model_loading"))
+        try:
+            self.firing.submitter.check_ready()  # a recording needs its source's header
+        except PageError as exc:
+            message = self.strings.both("not_recording", reason=exc)
             gr.Warning(message)
             return False, gr.DownloadButton(interactive=False), message
         self.recorder.start(tab, self.owner(request))

@@ -43,8 +43,9 @@ class FiringControls:
 
 
 @dataclass
-class PresenterControls:
-    key: gr.Textbox
+class SteeringControls:
+    """What steers Batchscope's own engine (absent when attached to another engine)."""
+
     pause: gr.Button
     step: gr.Button
     resume: gr.Button
@@ -53,6 +54,12 @@ class PresenterControls:
     budget: gr.Number
     chunked: gr.Checkbox
     apply: gr.Button
+
+
+@dataclass
+class PresenterControls:
+    key: gr.Textbox
+    steering: SteeringControls | None
     record: gr.Checkbox
     download: gr.DownloadButton
     status: gr.Markdown
@@ -77,12 +84,13 @@ def _wire(demo: gr.Blocks, handlers: DashboardHandlers, firing: FiringControls,
     firing.preset.change(handlers.preset, firing.preset, [firing.about, *firing.knobs()])
     firing.fire.click(handlers.fire, [firing.preset, firing.prompt, *firing.knobs()],
                       firing.status, concurrency_limit=FIRE_CONCURRENCY, api_name="fire")
-    presenter.pause.click(handlers.pause, key, status, api_name="pause")
-    presenter.step.click(handlers.step, key, status, api_name="step")
-    presenter.resume.click(handlers.resume, key, status, api_name="resume")
-    presenter.slow.release(handlers.slow, [presenter.slow, key], status, api_name="slow")
-    presenter.apply.click(handlers.apply, [presenter.policy, presenter.budget, presenter.chunked,
-                                           key], status, api_name="apply")
+    if (steer := presenter.steering) is not None:
+        steer.pause.click(handlers.pause, key, status, api_name="pause")
+        steer.step.click(handlers.step, key, status, api_name="step")
+        steer.resume.click(handlers.resume, key, status, api_name="resume")
+        steer.slow.release(handlers.slow, [steer.slow, key], status, api_name="slow")
+        steer.apply.click(handlers.apply, [steer.policy, steer.budget, steer.chunked, key], status,
+                          api_name="apply")
     presenter.record.input(handlers.record, [presenter.record, key],
                            [presenter.record, presenter.download, status], api_name="record")
     demo.unload(handlers.tab_closed)
@@ -107,32 +115,34 @@ def _firing_controls(library) -> FiringControls:
 
 
 def _presenter_controls(handlers: DashboardHandlers) -> PresenterControls:
-    from engine.config import POLICIES
-
-    access, config = handlers.access, handlers.llm.config
+    access = handlers.access
     with gr.Accordion(PAGE.both("presenter"), open=True, visible=not access.hidden):
         key = gr.Textbox(type="password", visible=access.key is not None,
                          label=PAGE.both("presenter_key"), elem_id="bs-key")
-        with gr.Row():
-            pause = gr.Button(f"{PAUSE} {PAGE.both('pause')}", size="sm", elem_id="bs-pause")
-            step = gr.Button(f"{STEP} {PAGE.both('step')}", size="sm", elem_id="bs-step")
-            resume = gr.Button(f"{PLAY} {PAGE.both('resume')}", size="sm", elem_id="bs-resume")
-        slow = gr.Slider(0, 2000, value=0, step=50, elem_id="bs-slow",
-                         label=PAGE.both("slow_motion"))
-        policy = gr.Radio(list(POLICIES), value=config.policy, label=PAGE.both("policy"))
-        budget = gr.Number(value=config.max_num_batched_tokens, precision=0, minimum=1,
-                           label=PAGE.both("token_budget"))
-        chunked = gr.Checkbox(value=config.enable_chunked_prefill,
-                              label=PAGE.both("chunked_prefill"))
-        apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply")
+        steering = _steering_controls(handlers.llm.config) if handlers.llm is not None else None
         with gr.Row():
             record = gr.Checkbox(False, label=f"{RECORD} {PAGE.both('record')}",
                                  elem_id="bs-record")
             download = gr.DownloadButton(PAGE.both("download_trace"), size="sm",
                                          interactive=False, elem_id="bs-download")
         status = gr.Markdown(elem_id="bs-presenter-status")
-    return PresenterControls(key, pause, step, resume, slow, policy, budget, chunked, apply,
-                             record, download, status)
+    return PresenterControls(key, steering, record, download, status)
+
+
+def _steering_controls(config) -> SteeringControls:
+    from engine.config import POLICIES
+
+    with gr.Row():
+        pause = gr.Button(f"{PAUSE} {PAGE.both('pause')}", size="sm", elem_id="bs-pause")
+        step = gr.Button(f"{STEP} {PAGE.both('step')}", size="sm", elem_id="bs-step")
+        resume = gr.Button(f"{PLAY} {PAGE.both('resume')}", size="sm", elem_id="bs-resume")
+    slow = gr.Slider(0, 2000, value=0, step=50, elem_id="bs-slow", label=PAGE.both("slow_motion"))
+    policy = gr.Radio(list(POLICIES), value=config.policy, label=PAGE.both("policy"))
+    budget = gr.Number(value=config.max_num_batched_tokens, precision=0, minimum=1,
+                       label=PAGE.both("token_budget"))
+    chunked = gr.Checkbox(value=config.enable_chunked_prefill, label=PAGE.both("chunked_prefill"))
+    apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply")
+    return SteeringControls(pause, step, resume, slow, policy, budget, chunked, apply)
 
 
 def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
