@@ -2,13 +2,17 @@
 
     python app.py [--model default] [--host H] [--port P] [--record TRACE] [engine flags...]
     python app.py --replay TRACE [--host H] [--port P]
+    python app.py --vllm http://HOST:PORT --ingest-token TOKEN [--record TRACE]
 
 A FastAPI app serves the telemetry stream (websocket /ws/telemetry, SSE /telemetry/stream),
 plotly.js from the installed plotly package and the dashboard client; the Gradio UI is
 mounted at "/"; every page visitor gets a ``bs_visitor`` cookie (viz/live/identity.py); the engine loads
 and runs on a background thread (the page shows the loading progress meanwhile). A replay
 plays a recorded trace into the same page instead: it imports neither the engine nor torch,
-so the engine and the API are imported only where the live mode needs them.
+so the engine and the API are imported only where the live mode needs them. Attach mode
+watches a vLLM server instead of a local model, without torch either: its batchscope-vllm
+plugin streams every engine step to the ingest websocket ``/ingest`` (viz/sources/ingest.py),
+and the Fire button sends prompts to its OpenAI API (viz/remote/).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from serve.proxies import add_proxy_argument, uvicorn_proxy_options
 from viz.live.hub import TelemetryHub
@@ -42,6 +46,8 @@ from viz.ui.static import HEAD, REPLAY_HEAD, install_page_routes
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
+    from viz.sources.ingest import IngestSource
+    from viz.ui.handlers import DashboardHandlers
 
 log = logging.getLogger("batchscope")
 # Open event streams (the telemetry SSE, Gradio's heartbeat) never end by themselves: at
@@ -73,8 +79,26 @@ def common_arguments() -> argparse.ArgumentParser:
     parser.add_argument("--replay", metavar="TRACE",
                         help="replay a recorded trace (.jsonl or .jsonl.gz) with no model: "
                              "python app.py --replay TRACE [--host H] [--port P]")
+    parser.add_argument("--vllm", metavar="URL",
+                        help="attach to a vLLM server (its OpenAI API, e.g. http://HOST:8000) "
+                             "instead of loading a model: python app.py --vllm URL "
+                             "--ingest-token TOKEN (python app.py --vllm URL --help)")
     add_proxy_argument(parser)
     return parser
+
+
+def add_viewing_arguments(parser: argparse.ArgumentParser) -> None:
+    """Recording, text sharing and the presenter's key: live and attached alike."""
+    parser.add_argument("--record", metavar="TRACE",
+                        help="record the whole run, with every request's text, to a trace file "
+                             "(.jsonl; .jsonl.gz for gzip), written until the server stops")
+    parser.add_argument("--shared-view", action="store_true",
+                        help="show every visitor the text of all requests (workshops); by "
+                             "default a visitor sees only the text of their own requests")
+    parser.add_argument("--presenter-key", metavar="KEY",
+                        help="presenter controls (pause, slow motion, policy, budget, Record: they act "
+                             "on everyone) work only for visitors who enter KEY; without it "
+                             "they are open, or hidden on a Hugging Face Space")
 
 
 def build_replay_parser() -> argparse.ArgumentParser:
@@ -99,16 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default",
                         help="'default' (SmolLM2-135M-Instruct), a Hugging Face model directory "
                              "or a .gguf file")
-    parser.add_argument("--record", metavar="TRACE",
-                        help="record the whole run, with every request's text, to a trace file "
-                             "(.jsonl; .jsonl.gz for gzip), written until the server stops")
-    parser.add_argument("--shared-view", action="store_true",
-                        help="show every visitor the text of all requests (workshops); by "
-                             "default a visitor sees only the text of their own requests")
-    parser.add_argument("--presenter-key", metavar="KEY",
-                        help="presenter controls (pause, slow motion, policy, budget, Record: they act "
-                             "on everyone) work only for visitors who enter KEY; without it "
-                             "they are open, or hidden on a Hugging Face Space")
+    add_viewing_arguments(parser)
     engine = parser.add_argument_group("engine")
     engine.add_argument("--block-size", type=int, help="tokens per KV block (default: 16, or "
                         "256 with flash-attn)")
@@ -191,31 +206,90 @@ def web_app(title: str, lifespan) -> tuple[FastAPI, VisitorIdentity]:
     return app, app.state.identity
 
 
+def build_attach_parser() -> argparse.ArgumentParser:
+    from serve.limits import ApiLimits
+
+    parser = argparse.ArgumentParser(
+        description=DESCRIPTION + " Attach mode: the views of a vLLM server, whose batchscope-vllm "
+        "plugin streams every engine step to this dashboard's /ingest websocket.",
+        parents=[common_arguments()], formatter_class=DefaultsOnce)
+    parser.add_argument("--ingest-token", metavar="TOKEN",
+                        default=os.environ.get("BATCHSCOPE_INGEST_TOKEN"),
+                        help="the token vLLM's plugin must present (its BATCHSCOPE_INGEST_TOKEN); "
+                             "required (default: $BATCHSCOPE_INGEST_TOKEN)")
+    parser.add_argument("--vllm-api-key", metavar="KEY", default=os.environ.get("VLLM_API_KEY"),
+                        help="vLLM's --api-key, if it has one (default: $VLLM_API_KEY)")
+    parser.add_argument("--max-prompt-tokens", type=int, metavar="N",
+                        default=ApiLimits().max_prompt_tokens,
+                        help="longest prompt the Fire button sends, in tokens")
+    add_viewing_arguments(parser)
+    return parser
+
+
+def dashboard(args: argparse.Namespace, title: str, source, submitter, llm: AsyncLLM | None,
+              max_prompt_tokens: int | None, closers: tuple[Callable[[], None], ...],
+              kind: str = "live") -> tuple[FastAPI, TelemetryHub, DashboardHandlers]:
+    """The web app of a dashboard fed by ``source`` and firing through ``submitter`` (both
+    modes that watch a running engine); the caller adds its routes, then ``mount_page``.
+    ``closers`` run at shutdown, after the recorder and the hub."""
+    from viz.ui.firing import Firing
+    from viz.ui.handlers import DashboardHandlers
+
+    hub = TelemetryHub(shared_view=args.shared_view)
+    firing = Firing(submitter, hub, max_prompt_tokens=max_prompt_tokens)
+    detach = hub.attach(source, pending=firing.pending, kind=kind)
+    recorder = Recorder(source, hub)
+    if args.record:
+        recorder.record_run(args.record)
+    app, identity = web_app(title, hub_lifespan(hub, recorder.close, detach, *closers))
+    install_transports(app, SharedChannel(hub), identity)
+    access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
+    app.state.firing, app.state.recorder = firing, recorder
+    return app, hub, DashboardHandlers(llm, firing, load_presets(), identity, recorder, access)
+
+
+def mount_page(app: FastAPI, handlers: DashboardHandlers) -> None:
+    """The Gradio page at "/", after every other route (it would shadow them)."""
+    gr.mount_gradio_app(app, build_ui(handlers), path="/", head=HEAD, theme=gr.themes.Base(),
+                        footer_links=[])
+
+
 def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHub]:
     from engine import AsyncLLM
     from serve.limits import limits_from_arguments
     from serve.openai_api import install_api
-    from viz.ui.firing import Firing
-    from viz.ui.handlers import DashboardHandlers
+    from viz.ui.submit import LocalSubmitter
 
     llm = AsyncLLM(args.model, **engine_config(args))
-    hub = TelemetryHub(shared_view=args.shared_view)
     limits = limits_from_arguments(args)
-    firing = Firing(llm, hub, max_prompt_tokens=limits.max_prompt_tokens)  # the API's limit
-    detach = hub.attach(llm, pending=firing.pending)
-    recorder = Recorder(llm, hub)
-    if args.record:
-        recorder.record_run(args.record)
-
-    app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, detach, llm.shutdown))
-    install_transports(app, SharedChannel(hub), identity)
-    install_api(app, llm, limits)  # before Gradio takes "/" and shadows it
-    access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
-    app.state.firing, app.state.recorder = firing, recorder
-    blocks = build_ui(DashboardHandlers(llm, firing, load_presets(), identity, recorder, access))
-    gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
-                        footer_links=[])
+    app, hub, handlers = dashboard(args, "Batchscope", llm, LocalSubmitter(llm), llm,
+                                   limits.max_prompt_tokens,  # the API's limit
+                                   (llm.shutdown,))
+    install_api(app, llm, limits)
+    mount_page(app, handlers)
     return app, llm, hub
+
+
+def create_attach_app(args: argparse.Namespace) -> tuple[FastAPI, IngestSource, TelemetryHub]:
+    """The dashboard of a vLLM server: records from its plugin on /ingest, prompts to its
+    OpenAI API, /metrics of its records. Imports neither the engine nor torch."""
+    from serve.metrics import EngineMetrics
+    from viz.remote.openai_endpoint import OpenAIEndpoint
+    from viz.remote.openai_submitter import RemoteSubmitter
+    from viz.sources.ingest import IngestSource, install_ingest
+
+    source = IngestSource(args.ingest_token, can_fire=True)
+    endpoint = OpenAIEndpoint(args.vllm, args.vllm_api_key)
+    submitter = RemoteSubmitter(endpoint, source)
+    metrics = EngineMetrics(source)
+    app, hub, handlers = dashboard(
+        args, "Batchscope attached to vLLM", source, submitter, None, args.max_prompt_tokens,
+        (metrics.close, submitter.close, endpoint.close, source.close), kind="attach")
+    install_ingest(app, source)
+    app.add_api_route("/metrics", lambda: Response(metrics.exposition(), media_type=metrics.content_type),
+                      methods=["GET"], include_in_schema=False)
+    mount_page(app, handlers)
+    return app, source, hub
 
 
 def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, ReplayChannels]:
@@ -245,26 +319,44 @@ def ensure_default_model_package(model: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if common_arguments().parse_known_args(argv)[0].replay:
-        parser = build_replay_parser()
-        args = parser.parse_args(argv)
-        try:
-            app, channels = create_replay_app(args)
-        except TraceError as exc:
-            parser.exit(2, f"error: cannot replay: {exc}\n")
-        what = f"replay of {args.replay} ({channels.num_iterations} iterations)"
-    else:
-        args = build_parser().parse_args(argv)
-        ensure_default_model_package(args.model)
-        app, _, _ = create_app(args)
-        what = f"model {args.model} loading in the background"
-        if args.record:
-            what += f", recording to {args.record}"
+    common = common_arguments().parse_known_args(argv)[0]
+    start = start_replay if common.replay else start_attached if common.vllm else start_live
+    app, args, what = start(argv)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                 **uvicorn_proxy_options(args.forwarded_allow_ips))
+
+
+def start_replay(argv: list[str] | None) -> tuple[FastAPI, argparse.Namespace, str]:
+    parser = build_replay_parser()
+    args = parser.parse_args(argv)
+    try:
+        app, channels = create_replay_app(args)
+    except TraceError as exc:
+        parser.exit(2, f"error: cannot replay: {exc}\n")
+    return app, args, f"replay of {args.replay} ({channels.num_iterations} iterations)"
+
+
+def start_live(argv: list[str] | None) -> tuple[FastAPI, argparse.Namespace, str]:
+    args = build_parser().parse_args(argv)
+    ensure_default_model_package(args.model)
+    app, _, _ = create_app(args)
+    what = f"model {args.model} loading in the background"
+    return app, args, what + (f", recording to {args.record}" if args.record else "")
+
+
+def start_attached(argv: list[str] | None) -> tuple[FastAPI, argparse.Namespace, str]:
+    parser = build_attach_parser()
+    args = parser.parse_args(argv)
+    if not args.ingest_token:
+        parser.error("attach mode needs --ingest-token TOKEN (or BATCHSCOPE_INGEST_TOKEN): the "
+                     "plugin in vLLM presents the same token")
+    app, _, _ = create_attach_app(args)
+    what = (f"attached to vLLM at {args.vllm}: start it with BATCHSCOPE_INGEST="
+            f"ws://THIS-HOST:{args.port}/ingest and the same token")
+    return app, args, what + (f", recording to {args.record}" if args.record else "")
 
 
 if __name__ == "__main__":

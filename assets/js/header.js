@@ -12,7 +12,8 @@ export function counts(status, record) {
 export function statusParts(status, record, t, link) {
   if (link === "reconnecting") return [{ part: "link", text: t.short("status.reconnecting") }];
   if (!status) return [{ part: "link", text: t.short("status.connecting") }];
-  const parts = [{ part: "source", text: sourceText(status, t) }, { part: "model", text: status.model || "" }];
+  const parts = [{ part: "source", text: sourceText(status, t) }, { part: "engine", text: engineText(status, t) },
+    { part: "model", text: status.model || "" }];
   if (record) {
     parts.push({ part: "step", text: t.short("status.step", { step: record.step }) },
       { part: "policy", text: t.short(`policy.${record.policy}`) },
@@ -29,8 +30,24 @@ export function statusParts(status, record, t, link) {
   if (status.viewers != null) {
     parts.push({ part: "viewers", text: t.short(status.viewers === 1 ? "status.viewer" : "status.viewers", { n: status.viewers }) });
   }
+  if (status.ingest) parts.push({ part: "ingest", text: ingestText(status, t) });
   if (link === "sse") parts.push({ part: "link", text: t.short("status.sse") });
   return parts.filter((p) => p.text);
+}
+
+// The engine watched and its version (status.engine), e.g. "vllm 0.32.0".
+function engineText(status, t) {
+  const engine = status.engine || {};
+  return engine.name ? t.short("status.engine", { name: engineName(status), version: engine.version || "" }).trim() : "";
+}
+
+// Attach mode's ingest problems (bad messages dropped, connections refused, records the
+// engine's own queue dropped); nothing when there are none.
+function ingestText(status, t) {
+  const ingest = status.ingest, engine = engineName(status);
+  return [["invalid", "status.ingest_invalid"], ["refused", "status.ingest_refused"],
+    ["dropped_by_engine", "status.ingest_dropped"]]
+    .filter(([key]) => ingest[key] > 0).map(([key, text]) => t.short(text, { n: ingest[key], engine })).join(" · ");
 }
 
 function sourceText(status, t) {
@@ -41,6 +58,7 @@ function sourceText(status, t) {
 // The banner: hidden, or a loading / failed / dead message.
 export function bannerView(status, t) {
   if (!status) return { hidden: true };
+  if (status.source === "attach") return attachBanner(status, t);
   const error = status.error ?? status.load_error ?? "";
   if (status.state === "loading") {
     const seconds = status.load_seconds ?? 0;
@@ -50,6 +68,25 @@ export function bannerView(status, t) {
   if (status.state === "failed") return { hidden: false, failed: true, text: t("banner.failed", { error }), progress: 100 };
   if (status.state === "dead") return { hidden: false, failed: true, text: t("banner.dead", { error }), progress: 100 };
   return { hidden: true };
+}
+
+// Attached to an engine in another process (vLLM): waiting for it to connect, or lost.
+function attachBanner(status, t) {
+  const engine = engineName(status);
+  if (status.state === "loading") {
+    const seconds = Math.round(status.load_seconds ?? 0);
+    return { hidden: false, failed: false, text: t("banner.attach_waiting", { engine, seconds }),
+      progress: Math.round(100 * (1 - Math.exp(-seconds / 60))) };
+  }
+  if (status.state === "dead") return { hidden: false, failed: true, text: t("banner.attach_lost", { engine }), progress: 100 };
+  return { hidden: true };
+}
+
+const ENGINE_NAMES = { vllm: "vLLM", batchscope: "Batchscope" };
+
+function engineName(status) {
+  const name = (status.engine || {}).name || "";
+  return ENGINE_NAMES[name] || name;
 }
 
 export function showHeader(doc, status, record, t, link) {
