@@ -18,3 +18,16 @@ def validate():
         pytest.skip("engine/telemetry.py is schema v1 here; the v2 validator comes with core's "
                     "schema v2 (CONTRACTS.md)")
     return telemetry.validate_record
+
+
+@pytest.fixture(scope="module")
+def fake():
+    """A loopback stand-in for vLLM's OpenAI API (fake_openai.py); ``fake.url`` is its address."""
+    from fake_openai import FakeOpenAI
+
+    from support.server import BackgroundServer
+
+    server = FakeOpenAI()
+    with BackgroundServer(server.app()) as running:
+        server.url = running.url
+        yield server

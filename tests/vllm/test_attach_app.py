@@ -11,10 +11,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import websockets
 from batchscope_vllm.sender import IngestSender
-from fake_openai import FakeOpenAI
 from ingest_receiver import wait_until
 from record_scenarios import chunked_prefill
 
@@ -35,14 +33,6 @@ HELLO = {"token": TOKEN, "engine": {"name": "vllm", "version": "0.32.0"},
          "info": {"model": "SmolLM2-135M-Instruct", "block_size": 16, "num_kv_blocks": 8,
                   "max_model_len": 2048, "phases": ["schedule", "execute", "update"],
                   "trace_header": TRACE_HEADER}}
-
-
-@pytest.fixture(scope="module")
-def fake():
-    server = FakeOpenAI()
-    with BackgroundServer(server.app()) as running:
-        server.url = running.url
-        yield server
 
 
 @contextmanager

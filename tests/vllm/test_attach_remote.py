@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from fake_openai import MODEL, FakeOpenAI, token_ids
+from fake_openai import MODEL, token_ids
 from ingest_receiver import wait_until
 from record_scenarios import prefills
 
@@ -21,7 +21,7 @@ from viz.ui.firing import Firing, Knobs, plan_shot
 from viz.ui.presets import load_presets
 from viz.ui.strings import PAGE, PageError
 
-from support.server import BackgroundServer, free_port
+from support.server import free_port
 
 TOKEN = "s3cret"
 HELLO = {"type": "hello", "protocol": 1, "token": TOKEN, "engine": {"name": "vllm", "version": "0.32.0"},
@@ -55,14 +55,6 @@ class Attached:
 
     def text(self, rid: str) -> str:
         return "".join(e["text"] for e in self.events if e["request_id"] == rid and e["kind"] == "delta")
-
-
-@pytest.fixture(scope="module")
-def fake():
-    server = FakeOpenAI()
-    with BackgroundServer(server.app()) as running:
-        server.url = running.url
-        yield server
 
 
 def test_fired_chat_prompts_stream_their_text_under_the_dashboards_ids(fake):
