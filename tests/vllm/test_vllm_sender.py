@@ -100,3 +100,16 @@ def test_wrong_token_is_refused_logged_once_and_nothing_is_sent(caplog):
         sender.close(timeout=0.5)
     assert receiver.records == [] and sender.connections == 0
     assert caplog.text.count("refused this engine") == 1 and "4401" in caplog.text
+
+
+def test_an_idle_engine_says_hello_again_as_soon_as_batchscope_is_back():
+    """An idle vLLM has no step to send, and so no send to fail: the sender must still notice
+    that Batchscope went away, or a restarted dashboard waits for vLLM until its next step."""
+    port = free_port()
+    with Receiver(port=port) as first:
+        sender = sender_for(first.url)
+        wait_until(lambda: first.hellos, "the first hello")
+    with Receiver(port=port) as second:
+        wait_until(lambda: second.hellos, "a hello to the restarted Batchscope", limit=10)
+        sender.close()
+    assert sender.connections == 2 and sender.dropped == 0

@@ -24,8 +24,10 @@ Ingest protocol, version 1 (JSON text frames; Batchscope serves it at ``/ingest`
 Behaviour: ``submit`` appends to a bounded queue under a lock and returns; when the queue is
 full the oldest record is dropped and counted. A daemon thread owns the websocket: it connects,
 says hello, waits for the welcome, then sends queued records; on any failure it reconnects with
-exponential backoff (``BACKOFF``). So a Batchscope that is down, slow or restarting costs vLLM
-nothing but the records it missed. JSON encoding happens on the sender thread.
+exponential backoff (``BACKOFF``), also when the connection closes while vLLM is idle (checked
+every ``STATS_INTERVAL``), so a restarted Batchscope sees an idle engine again without waiting
+for its next step. So a Batchscope that is down, slow or restarting costs vLLM nothing but the
+records it missed. JSON encoding happens on the sender thread.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 
 from websockets.exceptions import ConnectionClosed, WebSocketException
+from websockets.protocol import State
 from websockets.sync.client import connect as ws_connect
 
 PROTOCOL = 1
@@ -145,6 +148,8 @@ class IngestSender:
             else:
                 self._wake.wait(STATS_INTERVAL)
                 self._wake.clear()
+                if ws.state is not State.OPEN:  # gone while vLLM is idle: say hello again now
+                    raise ConnectionError("Batchscope closed the connection")
 
     def _send_record(self, ws, record: dict) -> None:
         try:
