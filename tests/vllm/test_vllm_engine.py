@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ingest_receiver import Receiver, wait_until
-from vllm_env import HERE, PLUGIN_DIR, require_vllm, tiny_llama_for_tensor_parallel
+from vllm_env import HERE, PLUGIN_DIR, require_plugin, tiny_llama_for_tensor_parallel
 
 TOKEN = "integration-token"
 START_LIMIT = 480  # seconds for vLLM to start and generate; it takes 80-130 s on 2 busy cores
@@ -44,10 +44,7 @@ def run_tp2(tmp_path_factory) -> Run:
 
 
 def run_vllm(model_dir: Path, tensor_parallel: int, tmp: Path) -> Run:
-    python = require_vllm()
-    check = "import importlib.metadata as m; m.distribution('batchscope-vllm')"
-    if subprocess.run([python, "-c", check], capture_output=True, check=False).returncode:
-        pytest.skip("batchscope-vllm is not installed in .venv-vllm: run `make vllm-install`")
+    python = require_plugin()
     audit = tmp / "audit.jsonl"
     bind = "|".join(str(core) for core in range(tensor_parallel))
     with Receiver(token=TOKEN) as receiver:

@@ -17,6 +17,17 @@ def require_vllm() -> Path:
     return VLLM_PYTHON
 
 
+def require_plugin() -> Path:
+    """vLLM's python with batchscope-vllm installed in it, or skip saying how to get it."""
+    import subprocess
+
+    python = require_vllm()
+    check = "import importlib.metadata as m; m.distribution('batchscope-vllm')"
+    if subprocess.run([python, "-c", check], capture_output=True, check=False).returncode:
+        pytest.skip("batchscope-vllm is not installed in .venv-vllm: run `make vllm-install`")
+    return python
+
+
 def tiny_llama_for_tensor_parallel(directory: Path) -> Path:
     """A random 2-layer Llama that splits over 2 ranks on vLLM's CPU attention: 4 heads and 2 KV
     heads (the default model's 9 heads do not divide by 2), head size 64 (the CPU kernels have
