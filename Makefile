@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install run lint test bench browser clean vllm-install vllm-demo
+.PHONY: install run lint test bench browser clean vllm-install vllm-demo vllm-tap-cost
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -54,11 +54,14 @@ $(VLLM_STAMP): requirements-vllm.txt $(PLUGIN_SRC)
 
 vllm-install: $(VLLM_STAMP)
 
-# DRAFT until Batchscope's attach mode lands (app.py --vllm/--ingest-token): vLLM serves the
-# default model with the plugin streaming to the dashboard, which is attached to it.
-# ARGS="--port P --vllm-port Q".
+# vLLM serves the default model with the plugin streaming to the dashboard, which is attached
+# to it (app.py --vllm URL): ARGS="--port P --vllm-port Q". Ctrl-C stops both.
 vllm-demo: install vllm-install
 	$(PY) integrations/vllm/demo.py --vllm-python $(VLLM_PY) $(ARGS)
+
+# What the plugin streaming to a dashboard with one viewer costs vLLM (benchmarks/vllm_tap_cost.py).
+vllm-tap-cost: install vllm-install
+	$(PY) -m benchmarks.vllm_tap_cost $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
