@@ -190,3 +190,27 @@ def test_the_shipped_vllm_trace_holds_the_articles_step_and_exports():
     assert {r["source"]["engine"] for r in trace.records} == {"vllm"}
     assert summarize(trace).num_requests == 9
     assert to_chrome_trace(trace)["traceEvents"] and "<html" in to_html_report(trace)
+
+
+def test_a_recording_of_an_engine_that_dropped_records_replays_with_the_gap(tmp_path):
+    """The plugin drops records when Batchscope is slow (its steps then jump); a trace must say
+    so with a gap line, not refuse to load."""
+    from viz.live.hub import TelemetryHub
+    from viz.sources.ingest import IngestSource
+    from viz.traces.recording import Recorder
+    from viz.traces.trace import load_trace, write_trace
+
+    source = IngestSource(TOKEN)
+    producer = source.open({"type": "hello", "protocol": 1, **HELLO})
+    recorder = Recorder(source, TelemetryHub(), tmp_path)
+    path = tmp_path / "run.jsonl"
+    recorder.record_run(path).join(10)
+    records = chunked_prefill()
+    for record in (records[0], records[3]):  # steps 1 and 2 dropped on the way
+        producer.receive(json.dumps({"type": "record", "data": record}))
+    recorder.close()
+    trace = load_trace(path)
+    assert [r["step"] for r in trace.records] == [0, 3] and trace.lost_steps == [1]
+    assert "2 steps" in trace.gaps[0]["error"]
+    write_trace(tmp_path / "copy.jsonl", trace)  # re-encoded: the one gap line, not two
+    assert load_trace(tmp_path / "copy.jsonl").gaps == trace.gaps

@@ -117,3 +117,20 @@ def test_the_plugin_sender_streams_into_the_ingest_and_a_wrong_token_is_refused(
     assert intruder.connections == 0 and "refused this engine" in caplog.text
     assert [r["step"] for r in seen] == [r["step"] for r in records]
     assert source.info().model == "SmolLM2" and source.stats.invalid == 0
+
+
+def test_a_restarted_engine_continues_the_step_numbers_the_views_have_seen():
+    """A vLLM restarted while Batchscope runs counts its steps from 0 again; views (which skip a
+    step they have already drawn) and traces (steps only grow) must see them as new steps."""
+    source = IngestSource(TOKEN)
+    seen: list[dict] = []
+    source.subscribe(seen.append)
+    first = source.open(HELLO)
+    for record in chunked_prefill():  # steps 0-3
+        first.receive(message("record", data=record))
+    first.close()
+    second = source.open(HELLO)
+    for record in chunked_prefill()[:2]:  # steps 0-1 of the new engine
+        second.receive(message("record", data=record))
+    assert [r["step"] for r in seen] == [0, 1, 2, 3, 4, 5]
+    assert seen[4]["segments"] == chunked_prefill()[0]["segments"]

@@ -12,7 +12,9 @@ of its requests in ``aliases``, so records name them as the dashboard does (requ
 
 States (``status()["state"]``): "loading" until an engine has said hello, "ready" while one is
 connected, "dead" after it went away (``error`` says so; back to "ready" when one returns),
-"stopped" after ``close()``. While loading, ``load_seconds`` counts the wait. ``status()`` also
+"stopped" after ``close()``. While loading, ``load_seconds`` counts the wait. Steps only grow:
+an engine that restarted while Batchscope ran continues the step numbers where the last one
+stopped (views skip steps they have drawn; traces need growing steps). ``status()`` also
 carries ``"ingest"``: the counters of ``IngestStats`` (records taken, invalid messages dropped,
 connections refused, records the engine's own queue dropped). ``counts()`` are the latest
 record's queue lengths.
@@ -76,6 +78,8 @@ class IngestSource:
         self._state, self._error = "loading", None
         self._started, self._load_seconds = time.monotonic(), None
         self._attached = threading.Event()
+        self._last_step: int | None = None
+        self._step_offset, self._new_producer = 0, False
         self.stats = IngestStats()
         self.aliases = RequestAliases()
 
@@ -132,6 +136,7 @@ class IngestSource:
                 self.stats.refused += 1
                 raise Refused(CLOSE_BUSY, "another engine is attached")
             self._producer, self._info = producer, info
+            self._new_producer = True
             self._state, self._error = "ready", None
             if self._load_seconds is None:
                 self._load_seconds = round(time.monotonic() - self._started, 3)
@@ -171,10 +176,22 @@ class IngestSource:
             self.stats.invalid += 1
             self.stats.last_error = str(exc)[:200]
             return
-        record = self.aliases.rename(upgrade_record(record))
+        record = self._numbered(self.aliases.rename(upgrade_record(record)))
         self._counts = {"waiting": record["num_waiting"], "running": record["num_running"]}
         self.stats.records += 1
         _deliver(self._record_subscribers, record)
+
+    def _numbered(self, record: dict) -> dict:
+        """Steps only grow: an engine that restarted (its first step not after the last one
+        seen) continues the numbering. Jumps forward stay: they are records the engine dropped."""
+        if self._new_producer:
+            self._new_producer = False
+            last = self._last_step
+            self._step_offset = last + 1 - record["step"] if last is not None and record["step"] <= last else 0
+        if self._step_offset:
+            record = {**record, "step": record["step"] + self._step_offset}
+        self._last_step = record["step"]
+        return record
 
     def _release(self, producer: Producer) -> None:
         with self._lock:

@@ -175,6 +175,7 @@ class TraceWriter:
         self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         self._unsubscribe: list[Callable[[], None]] = []
         self._closed = False
+        self._last_step: int | None = None  # of the last record written (writer thread)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _open_write(self.path)
         self._write_line(header)
@@ -233,9 +234,13 @@ class TraceWriter:
     def _write_entry(self, kind: str, obj) -> None:
         if kind == "gap":
             self._write_gap(obj)
+            if obj.get("lost") == "record":
+                self._last_step = None  # the gap line accounts for the skip
             return
         try:
             data = obj if isinstance(obj, dict) else obj.to_dict()
+            if kind == "record":
+                self._note_skipped(data["step"])
             data = redact_record(data, self._readable) if kind == "record" else self._event(data)
             self._write_line({"type": kind, "data": data})
         except Exception as exc:  # keep recording; the file says what is missing
@@ -246,6 +251,15 @@ class TraceWriter:
             self.num_records += 1
         else:
             self.num_events += 1
+
+    def _note_skipped(self, step: int) -> None:
+        """A gap line for steps that never reached the recorder (an engine in another process
+        drops records when its reader is slow: its steps jump)."""
+        last, self._last_step = self._last_step, step
+        if last is not None and step > last + 1:
+            self._write_gap({"lost": "record", "step": last + 1, "time": time.time(),
+                             "error": f"{step - last - 1} steps ({last + 1}-{step - 1}) never reached "
+                                      "the recorder"})
 
     def _write_gap(self, gap: dict) -> None:
         self._write_line({"type": "gap", **gap})
