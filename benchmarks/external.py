@@ -39,7 +39,7 @@ def missing_reason(peer: str, model: str, in_process: bool) -> str | None:
     python = vllm_python()
     if not python.exists():
         return f"{python} not found: `make vllm-install` (or set BATCHSCOPE_VLLM_PYTHON)"
-    probe = subprocess.run([str(python), "-c", "import vllm"], capture_output=True, text=True)
+    probe = subprocess.run([str(python), "-c", "import vllm"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         return f"vllm does not import under {python}: {probe.stderr.strip().splitlines()[-1:]}"
     return None

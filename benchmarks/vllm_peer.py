@@ -39,12 +39,12 @@ class VllmCpuPeer:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind_threads(self.threads)
         from vllm import LLM
 
-        self.engine_args = dict(
-            model=self.ctx.model, dtype=self.ctx.dtype, hf_overrides={"architectures": ["LlamaForCausalLM"]},
-            max_num_batched_tokens=self.ctx.token_budget, max_num_seqs=self.ctx.max_num_seqs,
-            max_model_len=self.ctx.max_model_len, kv_cache_memory_bytes=int(self.ctx.kv_cache_memory_gb * 2**30),
-            enable_prefix_caching=True, seed=0,
-        )
+        self.engine_args = {
+            "model": self.ctx.model, "dtype": self.ctx.dtype, "hf_overrides": {"architectures": ["LlamaForCausalLM"]},
+            "max_num_batched_tokens": self.ctx.token_budget, "max_num_seqs": self.ctx.max_num_seqs,
+            "max_model_len": self.ctx.max_model_len,
+            "kv_cache_memory_bytes": int(self.ctx.kv_cache_memory_gb * 2**30), "enable_prefix_caching": True, "seed": 0,
+        }
         self.llm = LLM(**self.engine_args)
         self._ids = 0
 

@@ -7,26 +7,28 @@ token-exact mode (test_correctness.py).
 """
 import random
 
+import pytest
 import torch
+from hf_reference import hf_greedy
+from test_correctness import record_result
 
 from engine import LLM, SamplingParams
-from test_correctness import default_model, record_result  # noqa: F401 (a fixture)
 
 MAX_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def default_model() -> str:
+    from engine.loader import resolve_model_dir
+
+    return str(resolve_model_dir("default")[1])
 
 
 def bf16_reference(model_dir: str, prompts: list[list[int]]) -> list[list[int]]:
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
-    refs = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            ids = torch.tensor([prompt])
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS,
-                              do_sample=False, eos_token_id=None, pad_token_id=0)
-            refs.append(out[0, len(prompt):].tolist())
-    return refs
+    return hf_greedy(hf, prompts, MAX_TOKENS)
 
 
 def test_default_model_bf16_agrees_with_transformers_bf16(default_model, capsys):
