@@ -78,7 +78,7 @@ class AttentionBackend:
         """
         width = -(-max(layout.seq_lens_k[i] for i in segments) // self.block_size)
         table = layout.block_table
-        if len(segments) != layout.num_segments:
+        if segments != list(range(layout.num_segments)):
             table = table.index_select(0, torch.tensor(segments, device=device))
         return table[:, :width]
 
