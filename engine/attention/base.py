@@ -67,8 +67,8 @@ class AttentionBackend:
     def write_kv(plan, k, v, k_cache, v_cache) -> None:
         """Store this step's K/V rows into their slots (slot mapping) of the paged cache."""
         slots = plan.slot_mapping
-        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k)
-        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v)
+        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k.to(k_cache.dtype))
+        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v.to(v_cache.dtype))
 
     def block_table_tensor(self, layout: StepLayout, segments: list[int], device: torch.device) -> torch.Tensor:
         """Rows ``segments`` of the step's block table, as wide as their longest context.

@@ -105,7 +105,7 @@ class TorchAttentionBackend(AttentionBackend):
         for group in plan.decodes:
             keys = self.gather_blocks(k_cache, group.tables).transpose(1, 2)  # [D, kv_heads, max_k, dim]
             values = self.gather_blocks(v_cache, group.tables).transpose(1, 2)
-            if q.dtype != torch.float32:
+            if keys.dtype != torch.float32:
                 out[group.rows] = decode_attention_fp32(q[group.rows], keys, values, group.mask, scale)
                 continue
             queries = q[group.rows].unsqueeze(2)  # [D, heads, 1, dim]
@@ -118,8 +118,8 @@ class TorchAttentionBackend(AttentionBackend):
                 keys = k[seg.row_start : seg.row_end].transpose(0, 1)
                 values = v[seg.row_start : seg.row_end].transpose(0, 1)
             else:
-                keys = self.gather_blocks(k_cache, seg.table)[0].transpose(0, 1)
-                values = self.gather_blocks(v_cache, seg.table)[0].transpose(0, 1)
+                keys = self.gather_blocks(k_cache, seg.table)[0].transpose(0, 1).to(q.dtype)
+                values = self.gather_blocks(v_cache, seg.table)[0].transpose(0, 1).to(q.dtype)
             o = F.scaled_dot_product_attention(
                 queries.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
                 attn_mask=seg.mask, is_causal=seg.mask is None, scale=scale, enable_gqa=True,
