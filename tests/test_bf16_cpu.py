@@ -1,8 +1,9 @@
 """bfloat16 as the engine dtype on CPU: greedy tokens agree with transformers in bfloat16.
 
-Exactness is not expected (different kernels round bf16 differently: oneDNN's bf16 GEMMs
-accumulate in fp32 in their own order, near-ties flip), so the agreement is reported (test
-output and out/correctness.json) and only a gross failure fails the test. fp32 stays the
+Exactness is not expected: the engine's bf16 mode on CPU keeps fp32 activations between its bf16
+GEMMs (transformers keeps bf16 ones), and oneDNN's bf16 GEMMs accumulate in their own order, so
+near-ties flip. The agreement is reported (test output and out/correctness.json) and only a
+gross failure fails the test. fp32 stays the
 token-exact mode (test_correctness.py).
 """
 import random

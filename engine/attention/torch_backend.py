@@ -5,9 +5,11 @@ gathered keys; each multi-token segment is one SDPA call, causal and bottom-righ
 this step's K/V directly when nothing of it was cached before, else on its gathered keys.
 The plan (gather indices and masks) is built once per step and shared by all layers.
 
-Decodes in reduced precision (bf16) are attended by ``decode_attention_fp32``: torch's CPU flash
-kernel is slow for one bf16 query per row (2.5 ms a layer for 16 decodes, 64% of a bf16 decode
-step), while two small fp32 matmuls over the keys converted once take a quarter of that.
+Decodes over a bf16 KV cache are attended by ``decode_attention_fp32``: torch's CPU flash kernel
+is slow for one bf16 query per row (2.5 ms a layer for 16 decodes, 64% of a bf16 decode step),
+while two small fp32 matmuls over the keys converted once take a quarter of that. Prefill
+segments convert their gathered keys to the queries' dtype (a bf16 model on CPU keeps fp32
+activations, see ``models/llama.py``).
 
 Why decode groups: a padded call gathers (copies) and attends every decode's keys up to the
 longest one's width, so with context lengths spread over 16-450 tokens half of the keys moved
