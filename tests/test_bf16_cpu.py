@@ -10,10 +10,11 @@ import random
 
 import pytest
 import torch
-from hf_reference import hf_greedy
 from test_correctness import record_result
 
 from engine import LLM, SamplingParams
+
+from hf_reference import hf_greedy
 
 MAX_TOKENS = 16
 
