@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install run lint test bench browser clean vllm-install vllm-demo vllm-tap-cost
+.PHONY: install run lint test bench browser clean vllm-install vllm-demo vllm-tap-cost llamacpp-install
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ test: install lint
 
 bench: install
 	$(PY) -m benchmarks $(ARGS)
+
+# llama.cpp's server for the llama_cpp_* benchmark peers, in its own venv; compiled from source
+# (about 15 min on 2 cores; LLAMA_CPP_BUILD_JOBS bounds the parallel compile jobs).
+LLAMACPP_VENV ?= .venv-llamacpp
+llamacpp-install: requirements-llamacpp.txt
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	LLAMA_CPP_BUILD_JOBS=$${LLAMA_CPP_BUILD_JOBS:-2} \
+	  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+	  $(LLAMACPP_VENV)/bin/pip install -q -r requirements-llamacpp.txt
 
 # Headless Chromium for the browser tests, with a CJK font for the Chinese captions
 # (Debian packages; needs root).

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from .peers import PEERS, PeerContext
-from .report import cpu_targets, markdown_tables, target_dicts, targets_table, write_json
+from .peers import OPT_IN_PEERS, PEERS, PeerContext
+from .report import cpu_targets, engines_tables, markdown_tables, target_dicts, targets_table, write_json
 from .runner import DEFAULT_PEERS, run_benchmark
 from .settings import SETTINGS
 from .workloads import WORKLOADS
@@ -30,7 +30,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--token-budget", type=int, default=None,
                         help="Batchscope's max_num_batched_tokens and generate_batch's max_batch_tokens "
                              "(default: the setting's)")
-    parser.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(PEERS)}")
+    parser.add_argument("--peers", default=None,
+                        help=f"comma-separated subset of {','.join(PEERS)} (default: all but the opt-in "
+                             f"{','.join(OPT_IN_PEERS)})")
+    parser.add_argument("--repeats", type=int, default=None, help="measured runs per peer (default: the setting's)")
     parser.add_argument("--in-process", action="store_true",
                         help="run peers in this process (quick checks; peak memory is then shared)")
     parser.add_argument("--no-telemetry", action="store_true", help="skip the telemetry-cost experiment")
@@ -44,10 +47,12 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = sorted(set(workloads) - set(WORKLOADS))
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; choose from {WORKLOADS}")
-    chosen = set(PEERS if args.peers is None else (p.strip() for p in args.peers.split(",")))
-    if chosen - set(PEERS):
-        raise SystemExit(f"unknown peer(s) {sorted(chosen - set(PEERS))}; choose from {PEERS}")
-    peers = {w: tuple(p for p in DEFAULT_PEERS[w] if p in chosen) for w in WORKLOADS}
+    chosen = list(PEERS if args.peers is None else dict.fromkeys(p.strip() for p in args.peers.split(",") if p.strip()))
+    if set(chosen) - set(PEERS):
+        raise SystemExit(f"unknown peer(s) {sorted(set(chosen) - set(PEERS))}; choose from {PEERS}")
+    if args.peers is None:
+        chosen = [p for p in chosen if p not in OPT_IN_PEERS]
+    peers = {w: tuple(p for p in chosen if p in DEFAULT_PEERS[w] or p in OPT_IN_PEERS) for w in WORKLOADS}
     setting = SETTINGS[args.setting]
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
@@ -58,12 +63,14 @@ def main(argv: list[str] | None = None) -> dict:
         max_model_len=setting.max_model_len,
     )
     results = run_benchmark(setting, workloads, ctx, args.threads, peers, telemetry=not args.no_telemetry,
-                            in_process=args.in_process, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+                            in_process=args.in_process, log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                            repeats=args.repeats)
     results["command"] = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
     results["targets"] = target_dicts(cpu_targets(results))
     out = args.out or Path(__file__).parent / "results" / f"{setting.name}.json"
     write_json(results, out)
     print(markdown_tables(results))
+    print(engines_tables(results))
     print(targets_table(results["targets"]))
     print(f"\nwritten {out} ({results['elapsed_s']} s)")
     return results

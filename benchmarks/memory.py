@@ -2,7 +2,8 @@
 (weights, KV pool, activations and Python together).
 
 On Linux the kernel keeps the peak RSS itself (``VmHWM``, reset through ``clear_refs``), which
-costs nothing during the run. Elsewhere a background thread samples RSS every 5 ms; on a 2-core
+costs nothing during the run. A peer that runs in child processes (vLLM's engine core and
+worker, llama-server) is counted with them: the sum of every process's own peak. Elsewhere a background thread samples RSS every 5 ms; on a 2-core
 machine such a thread steals time from the compute threads, so it is the fallback only."""
 from __future__ import annotations
 
@@ -13,21 +14,33 @@ from pathlib import Path
 import psutil
 import torch
 
-PROC = Path("/proc/self")
+PROC = Path("/proc")
+
+
+def _pids() -> list[str]:
+    return ["self", *(str(c.pid) for c in psutil.Process().children(recursive=True))]
 
 
 def _reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS counter; False where the kernel offers none."""
+    """Reset the kernel's peak-RSS counters; False where the kernel offers none."""
     try:
-        (PROC / "clear_refs").write_text("5")
+        for pid in _pids():
+            (PROC / pid / "clear_refs").write_text("5")
         return _peak_rss() is not None
     except OSError:
         return False
 
 
 def _peak_rss() -> int | None:
-    match = re.search(r"^VmHWM:\s+(\d+) kB", (PROC / "status").read_text(), re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
+    total = None
+    for pid in _pids():
+        try:
+            match = re.search(r"^VmHWM:\s+(\d+) kB", (PROC / pid / "status").read_text(), re.MULTILINE)
+        except OSError:  # a child that ended meanwhile
+            continue
+        if match:
+            total = (total or 0) + int(match.group(1)) * 1024
+    return total
 
 
 class PeakMemory:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -44,8 +44,8 @@ class BatchscopePeer:
         self.config = dict(
             max_num_batched_tokens=ctx.token_budget, max_num_seqs=ctx.max_num_seqs,
             device=ctx.device, dtype=ctx.dtype, kv_cache_memory_gb=ctx.kv_cache_memory_gb,
-            max_model_len=ctx.max_model_len, **ctx.extra_engine_config, **config,
-        )
+            max_model_len=ctx.max_model_len,
+        ) | ctx.extra_engine_config | config
         self.subscriber: Callable | None = None  # gets each step's IterationRecord
 
     def setup(self) -> None:
@@ -54,6 +54,10 @@ class BatchscopePeer:
         self.engine = LLMEngine(self.ctx.model, EngineConfig.from_kwargs(**self.config))
         self.shapes = ModelShapes.from_config(self.engine.loaded.config)
         self.itemsize = self.engine.config.torch_dtype.itemsize
+
+    def info(self) -> dict:
+        return {"engine": "batchscope", "precision": self.engine.config.dtype, "torch": torch.__version__,
+                "flags": {k: v for k, v in self.config.items() if v is not None}}
 
     def run(self, workload: Workload) -> RunResult:
         from engine import SamplingParams
@@ -106,6 +110,11 @@ class _HFPeer:
 
     def __init__(self, ctx: PeerContext):
         self.ctx = ctx
+
+    def info(self) -> dict:
+        import transformers
+
+        return {"engine": "transformers", "version": transformers.__version__, "precision": self.ctx.dtype}
 
     def setup(self) -> None:
         from transformers import AutoModelForCausalLM
@@ -250,23 +259,38 @@ class HFGenerateBatchPeer(_HFPeer):
         ])
 
 
+_MIXED = dict(policy="mixed", enable_chunked_prefill=True, enable_prefix_caching=True)
 BATCHSCOPE_CONFIGS = {
-    "bs_mixed": dict(policy="mixed", enable_chunked_prefill=True, enable_prefix_caching=True),
+    "bs_mixed": _MIXED,
     "bs_mixed_nochunk": dict(policy="mixed", enable_chunked_prefill=False, enable_prefix_caching=True),
     "bs_prefill_first": dict(policy="prefill_first", enable_chunked_prefill=False, enable_prefix_caching=True),
     "bs_mixed_nocache": dict(policy="mixed", enable_chunked_prefill=True, enable_prefix_caching=False),
     # bs_mixed with every step eager: what the decode CUDA graphs buy (GPU only, see below)
-    "bs_mixed_eager": dict(policy="mixed", enable_chunked_prefill=True, enable_prefix_caching=True,
-                           cuda_graphs=False),
+    "bs_mixed_eager": _MIXED | dict(cuda_graphs=False),
+    "bs_mixed_bf16": _MIXED | dict(dtype="bfloat16"),  # bf16 weights and activations
 }
 GPU_ONLY_PEERS = ("bs_mixed_eager",)  # on CPU it is bs_mixed itself
 HF_PEERS = {"hf_generate": HFGeneratePeer, "hf_generate_batch": HFGenerateBatchPeer}
-PEERS = (*HF_PEERS, *BATCHSCOPE_CONFIGS)
+# The CPU engines a user would deploy, each in its own process (vllm_peer.py, llama_cpp_peer.py).
+VLLM_PEERS = {"vllm_cpu": None, "vllm_cpu_bf16": "bfloat16"}  # None: the run's --dtype
+LLAMA_CPP_PEERS = {"llama_cpp_f32": "f32", "llama_cpp_f16": "f16", "llama_cpp_q4_1": "q4_1"}
+PEERS = (*HF_PEERS, *BATCHSCOPE_CONFIGS, *VLLM_PEERS, *LLAMA_CPP_PEERS)
+# Opt-in (--peers): they need their own venv or binary, the default model, and minutes to start.
+OPT_IN_PEERS = ("bs_mixed_bf16", *VLLM_PEERS, *LLAMA_CPP_PEERS)
 
 
-def make_peer(name: str, ctx: PeerContext):
+def make_peer(name: str, ctx: PeerContext, threads: int = 1):
     if name in HF_PEERS:
         return HF_PEERS[name](ctx)
     if name in BATCHSCOPE_CONFIGS:
         return BatchscopePeer(ctx, **BATCHSCOPE_CONFIGS[name])
+    if name in VLLM_PEERS:
+        from .vllm_peer import VllmCpuPeer
+
+        return VllmCpuPeer(replace(ctx, dtype=VLLM_PEERS[name] or ctx.dtype), threads)
+    if name in LLAMA_CPP_PEERS:
+        from .llama_cpp_peer import LlamaCppPeer
+        from .worker import model_shapes
+
+        return LlamaCppPeer(ctx, threads, LLAMA_CPP_PEERS[name], model_shapes(ctx.model).kv_bytes_per_token(4))
     raise ValueError(f"peer must be one of {PEERS}, got {name!r}")

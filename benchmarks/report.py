@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +18,13 @@ COLUMNS = (  # (figure key, header)
     ("peak_mem_mb", "peak MB"), ("output_tok_cpu_s", "out tok/CPU-s"),
 )
 REFERENCE_PEER = "hf_generate"
+FALLBACK_REFERENCE = "bs_mixed"  # agreement reference when transformers did not run
+# Batchscope against each CPU engine at matching precision (bf16 against llama.cpp's F16 and Q4_1).
+ENGINE_PAIRS = (
+    ("bs_mixed", "vllm_cpu", 1.2), ("bs_mixed_bf16", "vllm_cpu_bf16", 1.2),
+    ("bs_mixed", "llama_cpp_f32", 1.0), ("bs_mixed_bf16", "llama_cpp_f16", 1.0),
+    ("bs_mixed_bf16", "llama_cpp_q4_1", 1.0),
+)
 
 
 def machine_info(threads: int) -> dict:
@@ -44,15 +52,56 @@ def machine_info(threads: int) -> dict:
     return info
 
 
+def reference_peer(peers: dict[str, dict]) -> str | None:
+    return next((p for p in (REFERENCE_PEER, FALLBACK_REFERENCE) if p in peers), None)
+
+
 def agreement(peers: dict[str, dict]) -> dict[str, float]:
     """Fraction of requests whose greedy tokens equal the reference peer's (repeat 0)."""
-    reference = peers.get(REFERENCE_PEER, {}).get("token_ids")
-    if reference is None:
+    ref = reference_peer(peers)
+    if ref is None:
         return {}
+    reference = peers[ref]["token_ids"]
     return {
         name: round(sum(a == b for a, b in zip(reference, p["token_ids"])) / len(reference), 3)
-        for name, p in peers.items() if name != REFERENCE_PEER
+        for name, p in peers.items() if name != ref
     }
+
+
+def paired_ratios(results: dict, workload: str, ours: str, theirs: str) -> list[float]:
+    """Output tok/s of ``ours`` over ``theirs``, repeat by repeat (same prompts per repeat)."""
+    peers = results["workloads"].get(workload, {}).get("peers", {})
+    if ours not in peers or theirs not in peers:
+        return []
+    a, b = peers[ours]["repeats_output_tok_s"], peers[theirs]["repeats_output_tok_s"]
+    return [round(x / y, 3) for x, y in zip(a, b) if y]
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3g} [{min(values):.3g}-{max(values):.3g}]" if values else "-"
+
+
+def engines_tables(results: dict) -> str:
+    """Each peer's repeats with versions and precision, then Batchscope / engine ratios."""
+    info = results.get("peer_info", {})
+    lines = []
+    for name, w in results["workloads"].items():
+        lines += [f"### {name}: output tok/s per repeat (median [min-max])", "",
+                  "| peer | engine | precision | median [min-max] | repeats |", "|---|---|---|---|---|"]
+        for peer, p in w["peers"].items():
+            i = info.get(peer, {})
+            engine = f"{i.get('engine', '?')} {i.get('version', '')}".strip()
+            lines.append(f"| {peer} | {engine} | {i.get('precision', '?')} | {_spread(p['repeats_output_tok_s'])} "
+                         f"| {p['repeats_output_tok_s']} |")
+        pairs = [(o, t, paired_ratios(results, name, o, t)) for o, t, _ in ENGINE_PAIRS]
+        pairs = [x for x in pairs if x[2]]
+        if pairs:
+            lines += ["", "| Batchscope / engine (paired by repeat) | ratio median [min-max] |", "|---|---|"]
+            lines += [f"| {o} / {t} | {_spread(r)} |" for o, t, r in pairs]
+        lines.append("")
+    for peer, reason in results.get("missing", {}).items():
+        lines.append(f"- **{peer} missing**: {reason}")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -103,6 +152,7 @@ def cpu_targets(results: dict) -> list[TargetResult]:
                      f"{prefill.get('num_steps', 0)} steps, {prefill.get('gflop_s_median')} GFLOP/s; "
                      f"whole step: {prefill.get('step_fraction_median')}; per CPU-second: {prefill.get('cpu_fraction_median')}"),
         *scheduling_targets(results),
+        *engine_targets(results),
         TargetResult("Telemetry (records + one JSON subscriber): share of step-loop time", telemetry.get("direct_cost"),
                      0.03, False,
                      f"{(telemetry.get('engine_unphased') or {}).get('unphased_ms_mean')} ms building + "
@@ -110,6 +160,24 @@ def cpu_targets(results: dict) -> list[TargetResult]:
                      f"{telemetry.get('throughput_cost')} (paired ratios {telemetry.get('paired_ratios')}: "
                      f"within the noise between rounds)"),
     ]
+
+
+def engine_targets(results: dict) -> list[TargetResult]:
+    """W1 against the CPU engines (median of paired ratios), and decode steps against the
+    bandwidth floor; only for the peers that ran."""
+    out = []
+    for ours, theirs, goal in ENGINE_PAIRS:
+        ratios = paired_ratios(results, "W1", ours, theirs)
+        if ratios:
+            out.append(TargetResult(f"W1 output tok/s: {ours} / {theirs}", round(statistics.median(ratios), 3), goal,
+                                    True, f"paired by repeat: {ratios}"))
+    for peer in ("bs_mixed", "bs_mixed_bf16"):
+        decode = results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("decode", {})
+        if decode.get("num_steps"):
+            out.append(TargetResult(f"W1 {peer} decode-only steps: bandwidth floor / forward (median)",
+                                    decode["forward_fraction_median"], 0.6, True,
+                                    f"{decode['num_steps']} steps, median batch {decode['batch_median']}"))
+    return out
 
 
 def markdown_tables(results: dict) -> str:
@@ -135,7 +203,7 @@ def markdown_tables(results: dict) -> str:
                              f"forward {f['forward_ms_median']} ms vs bandwidth floor {f['floor_ms_median']} ms "
                              f"= {f['forward_fraction_median']:.0%} (whole step {f['step_fraction_median']:.0%})")
         if w.get("agreement"):
-            lines.append(f"- greedy tokens equal to {REFERENCE_PEER}'s (fraction of requests): {w['agreement']}")
+            lines.append(f"- greedy tokens equal to {reference_peer(w['peers'])}'s (fraction of requests): {w['agreement']}")
         lines.append("")
     for peer, reason in results.get("failed", {}).items():
         lines.append(f"- **{peer} failed**: {reason.strip().splitlines()[-1] if reason.strip() else 'no message'}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from .external import interpreter, missing_reason, resolved_model
 from .metrics import decode_efficiency, prefill_efficiency
 from .peers import PeerContext
 from .report import agreement, machine_info
@@ -30,7 +31,7 @@ DEFAULT_PEERS = {
 }
 
 
-def run_job(job: dict, timeout_s: float, in_process: bool = False) -> dict:
+def run_job(job: dict, timeout_s: float, in_process: bool = False, python: str = sys.executable) -> dict:
     """One worker process (or, for tests, a call in this one); its JSON result."""
     if in_process:
         return json.loads(json.dumps(execute(job)))
@@ -39,7 +40,7 @@ def run_job(job: dict, timeout_s: float, in_process: bool = False) -> dict:
         spec.write_text(json.dumps(job))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                    TOKENIZERS_PARALLELISM="false")
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.worker", str(spec), str(out)], cwd=ROOT, env=env,
+        proc = subprocess.run([python, "-m", "benchmarks.worker", str(spec), str(out)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             raise RuntimeError(f"worker {job.get('peer', job['kind'])} failed:\n{proc.stderr[-4000:]}")
@@ -58,7 +59,7 @@ def ceilings(ctx: PeerContext, rows: int) -> dict:
 
 def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, threads: int,
                   peers: dict[str, tuple[str, ...]] | None = None, telemetry: bool = True,
-                  timeout_s: float = 1800, in_process: bool = False, log=print) -> dict:
+                  timeout_s: float = 1800, in_process: bool = False, log=print, repeats: int | None = None) -> dict:
     torch.set_num_threads(threads)
     peers = peers or DEFAULT_PEERS
     started = time.time()
@@ -77,19 +78,26 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
             "num_output_tokens": workload.num_output_tokens, "peers": {},
         }
     order = list(dict.fromkeys(p for w in workloads for p in peers[w]))
-    results["failed"] = {}
+    results["failed"], results["missing"], results["peer_info"] = {}, {}, {}
     for peer in order:
+        reason = missing_reason(peer, ctx.model, in_process)
+        if reason is not None:
+            results["missing"][peer] = reason
+            log(f"{peer}: MISSING: {reason}")
+            continue
         mine = [w for w in workloads if peer in peers[w]]
         t = time.time()
+        job = {"kind": "peer", "peer": peer, "workloads": mine, "ctx": asdict(ctx) | {"model": resolved_model(peer, ctx.model)},
+               "setting": setting.name, "threads": threads, "repeats": repeats}
         try:
-            out = run_job({"kind": "peer", "peer": peer, "workloads": mine, "ctx": asdict(ctx),
-                           "setting": setting.name, "threads": threads}, timeout_s, in_process)
+            out = run_job(job, timeout_s, in_process, interpreter(peer))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the other peers still count
             results["failed"][peer] = str(exc)[-2000:]
             log(f"{peer}: FAILED after {time.time() - t:.0f} s: {str(exc)[-500:]}")
             continue
-        rates = ", ".join(f"{w} {out[w]['figures']['output_tok_s']} tok/s" for w in mine)
+        rates = ", ".join(f"{w} {out[w]['repeats_output_tok_s']} tok/s" for w in mine)
         log(f"{peer}: {rates} ({time.time() - t:.0f} s)")
+        results["peer_info"][peer] = out["info"]
         for w in mine:
             results["workloads"][w]["peers"][peer] = out[w]
     if telemetry and "W1" in workloads:
@@ -101,21 +109,32 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
     if again["peak_flops_per_s"] > roof["gemm"]["peak_flops_per_s"]:
         roof["gemm"] = again
     for w in results["workloads"].values():
-        for entry in w["peers"].values():
-            entry.update(_efficiency(entry["steps"], roof, setting, ctx, threads))
+        for name, entry in w["peers"].items():
+            if entry["steps"]:  # Batchscope's steps, against the ceilings of their own dtype
+                dtype = getattr(torch, results["peer_info"][name]["precision"])
+                entry.update(_efficiency(entry["steps"], _gemm_for(roof, dtype, setting, ctx), roof, setting,
+                                         dtype.itemsize, threads))
         w["agreement"] = agreement(w["peers"])
     results["warmup_seed"] = WARMUP_SEED
     results["elapsed_s"] = round(time.time() - started, 1)
     return results
 
 
-def _efficiency(steps: list[dict], roof: dict, setting: Setting, ctx: PeerContext, threads: int) -> dict:
-    """Batchscope's steps against the ceilings (transformers peers have no steps)."""
-    if not steps:
-        return {}
+def _gemm_for(roof: dict, dtype: torch.dtype, setting: Setting, ctx: PeerContext) -> dict:
+    """The GEMM peak in ``dtype`` (a bf16 peer in an fp32 run gets its own, measured once)."""
+    if dtype == ctx.torch_dtype:
+        return roof["gemm"]
+    key = f"gemm_{str(dtype).removeprefix('torch.')}"
+    if key not in roof:
+        roof[key] = gemm_peak(ModelShapes(**roof["shapes"]), setting.token_budget, dtype, torch.device(ctx.device))
+    return roof[key]
+
+
+def _efficiency(steps: list[dict], gemm: dict, roof: dict, setting: Setting, itemsize: int, threads: int) -> dict:
+    """Batchscope's steps against the ceilings (the other peers have no steps)."""
     stats = [StepStat(**s) for s in steps]
     shapes = ModelShapes(**roof["shapes"])
     return {
-        "prefill": prefill_efficiency(stats, roof["gemm"]["peak_flops_per_s"], setting.token_budget // 2, threads),
-        "decode": decode_efficiency(stats, weight_bytes(shapes, ctx.torch_dtype.itemsize), roof["bandwidth_bytes_per_s"]),
+        "prefill": prefill_efficiency(stats, gemm["peak_flops_per_s"], setting.token_budget // 2, threads),
+        "decode": decode_efficiency(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"]),
     }

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
+import psutil
 import torch
 
 from . import telemetry_cost
@@ -31,42 +32,53 @@ def model_shapes(model: str) -> ModelShapes:
     return ModelShapes.from_config(AutoConfig.from_pretrained(resolve_model_dir(model)[1]))
 
 
-def run_peer(name: str, ctx: PeerContext, setting: Setting, workloads: list[str]) -> dict:
+def cpu_seconds() -> float:
+    """CPU time of this process and its live children (vLLM's engine, llama-server)."""
+    children = psutil.Process().children(recursive=True)
+    return time.process_time() + sum(sum(c.cpu_times()[:2]) for c in children if c.is_running())
+
+
+def run_peer(name: str, ctx: PeerContext, setting: Setting, workloads: list[str], threads: int) -> dict:
     vocab = model_shapes(ctx.model).vocab
-    peer = make_peer(name, ctx)
+    peer = make_peer(name, ctx, threads)
     peer.setup()
-    out = {}
-    for w in workloads:
-        peer.run(build(w, setting, WARMUP_SEED, vocab))
-        runs = []
-        for r in range(setting.repeats):
-            workload = build(w, setting, r, vocab)
-            cpu = time.process_time()
-            with PeakMemory(torch.device(ctx.device)) as memory:
-                run = peer.run(workload)
-            cpu = time.process_time() - cpu
-            figures = summarise(workload, run)
-            figures |= {"peak_mem_mb": memory.peak_mb, "cpu_s": round(cpu, 3),
-                        "output_tok_cpu_s": round(workload.num_output_tokens / cpu, 2)}
-            runs.append((figures, run))
-        figures, best = max(runs, key=lambda fr: fr[0]["output_tok_s"])
-        out[w] = {
-            "figures": figures,
-            "repeats_output_tok_s": [f["output_tok_s"] for f, _ in runs],
-            "peak_mem_method": memory.method,
-            "steps": [asdict(s) for s in best.steps],
-            "token_ids": [t.token_ids for t in runs[0][1].requests],  # repeat 0: same prompts for all peers
-        }
-    return out
+    try:
+        return {"info": peer.info()} | {w: _measure(peer, ctx, setting, w, vocab) for w in workloads}
+    finally:
+        if hasattr(peer, "close"):
+            peer.close()
+
+
+def _measure(peer, ctx: PeerContext, setting: Setting, w: str, vocab: int) -> dict:
+    peer.run(build(w, setting, WARMUP_SEED, vocab))
+    runs = []
+    for r in range(setting.repeats):
+        workload = build(w, setting, r, vocab)
+        cpu = cpu_seconds()
+        with PeakMemory(torch.device(ctx.device)) as memory:
+            run = peer.run(workload)
+        cpu = cpu_seconds() - cpu
+        figures = summarise(workload, run)
+        figures |= {"peak_mem_mb": memory.peak_mb, "cpu_s": round(cpu, 3),
+                    "output_tok_cpu_s": round(workload.num_output_tokens / cpu, 2)}
+        runs.append((figures, run))
+    figures, best = max(runs, key=lambda fr: fr[0]["output_tok_s"])
+    return {
+        "figures": figures,
+        "repeats_output_tok_s": [f["output_tok_s"] for f, _ in runs],
+        "peak_mem_method": memory.method,
+        "steps": [asdict(s) for s in best.steps],
+        "token_ids": [t.token_ids for t in runs[0][1].requests],  # repeat 0: same prompts for all peers
+    }
 
 
 def execute(job: dict) -> dict:
     torch.set_num_threads(job["threads"])
     ctx = PeerContext(**job["ctx"])
-    setting = SETTINGS[job["setting"]]
+    setting = replace(SETTINGS[job["setting"]], repeats=job.get("repeats") or SETTINGS[job["setting"]].repeats)
     if job["kind"] == "telemetry":
         return telemetry_cost.measure(ctx, setting, model_shapes(ctx.model).vocab)
-    return run_peer(job["peer"], ctx, setting, job["workloads"])
+    return run_peer(job["peer"], ctx, setting, job["workloads"], job["threads"])
 
 
 def main(argv: list[str]) -> None:

@@ -1,8 +1,10 @@
 """Smoke run of the benchmark tool on a tiny model: every peer and workload, no timing asserts."""
 import json
+import sys
+from pathlib import Path
 
 from benchmarks.__main__ import main
-from benchmarks.peers import GPU_ONLY_PEERS, PEERS
+from benchmarks.peers import GPU_ONLY_PEERS, OPT_IN_PEERS, PEERS
 from benchmarks.report import COLUMNS
 from benchmarks.workloads import WORKLOADS
 
@@ -24,7 +26,48 @@ def test_tiny_setting_writes_expected_json(tiny_model_dir, tmp_path):
             assert peer["figures"]["output_tok_s"] > 0
         # greedy decoding of the same prompts: every peer generates the same tokens
         assert all(v == 1.0 for v in workload["agreement"].values()), workload["agreement"]
-    assert seen == set(PEERS) - set(GPU_ONLY_PEERS)
+    assert seen == set(PEERS) - set(GPU_ONLY_PEERS) - set(OPT_IN_PEERS)
     assert results["workloads"]["W1"]["peers"]["bs_mixed"]["prefill"]["num_steps"] >= 1
     assert {"throughput_cost", "direct_cost", "subscriber_ms_per_step", "engine_unphased"} <= set(results["telemetry"])
     assert [t["name"] for t in results["targets"]] and all("met" in t for t in results["targets"])
+
+
+def test_engine_peers_that_cannot_run_are_reported_missing(tiny_model_dir, tmp_path):
+    """vLLM and llama.cpp run the default model in their own processes: asked for with a tiny
+    model in-process, each is listed as missing with its reason, and the others still run."""
+    out = tmp_path / "bench.json"
+    main(["--setting", "tiny", "--model", tiny_model_dir, "--out", str(out), "--in-process", "--kv-cache-gb", "0.01",
+          "--workloads", "W1", "--peers", "bs_mixed,bs_mixed_bf16,vllm_cpu,llama_cpp_f16", "--no-telemetry",
+          "--repeats", "2"])
+    results = json.loads(out.read_text())
+    assert set(results["missing"]) == {"vllm_cpu", "llama_cpp_f16"}
+    assert all("default model" in reason for reason in results["missing"].values())
+    peers = results["workloads"]["W1"]["peers"]
+    assert set(peers) == {"bs_mixed", "bs_mixed_bf16"}
+    assert len(peers["bs_mixed"]["repeats_output_tok_s"]) == 2
+    assert results["peer_info"]["bs_mixed_bf16"]["precision"] == "bfloat16"
+    assert results["peer_info"]["bs_mixed"]["precision"] == "float32"
+
+
+def test_llama_cpp_peer_streams_every_token_from_its_server(tmp_path, monkeypatch):
+    """The llama_cpp peer against a stand-in server (tests/support/fake_llama_server.py): the server
+    is started with the agreed flags, every request is fired and streamed, tokens are collected."""
+    server = tmp_path / "llama-server"
+    script = Path(__file__).parent / "support" / "fake_llama_server.py"
+    server.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    server.chmod(0o755)
+    flags = tmp_path / "flags.json"
+    monkeypatch.setenv("BATCHSCOPE_LLAMA_SERVER", str(server))
+    monkeypatch.setenv("FAKE_LLAMA_FLAGS", str(flags))
+    out = tmp_path / "bench.json"
+    main(["--setting", "tiny", "--out", str(out), "--workloads", "W1,W2", "--peers", "llama_cpp_q4_1",
+          "--no-telemetry", "--kv-cache-gb", "0.01"])
+    results = json.loads(out.read_text())
+    started = json.loads(flags.read_text())
+    assert started[started.index("-np") + 1] == "16" and "--kv-unified" in started
+    assert started[started.index("-b") + 1] == "64" and started[started.index("-ctk") + 1] == "f16"
+    assert results["peer_info"]["llama_cpp_q4_1"]["precision"] == "Q4_1"
+    for name in ("W1", "W2"):  # W2: the long prompt arrives once the decoders have produced tokens
+        peer = results["workloads"][name]["peers"]["llama_cpp_q4_1"]
+        assert peer["figures"]["output_tok_s"] > 0
+        assert all(ids == [(ids[0] + i) % 1000 for i in range(len(ids))] for ids in peer["token_ids"])

@@ -67,8 +67,8 @@ class AttentionBackend:
     def write_kv(plan, k, v, k_cache, v_cache) -> None:
         """Store this step's K/V rows into their slots (slot mapping) of the paged cache."""
         slots = plan.slot_mapping
-        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k)
-        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v)
+        k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k.to(k_cache.dtype))
+        v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v.to(v_cache.dtype))
 
     def block_table_tensor(self, layout: StepLayout, segments: list[int], device: torch.device) -> torch.Tensor:
         """Rows ``segments`` of the step's block table, as wide as their longest context.
@@ -78,7 +78,7 @@ class AttentionBackend:
         """
         width = -(-max(layout.seq_lens_k[i] for i in segments) // self.block_size)
         table = layout.block_table
-        if len(segments) != layout.num_segments:
+        if segments != list(range(layout.num_segments)):
             table = table.index_select(0, torch.tensor(segments, device=device))
         return table[:, :width]
 

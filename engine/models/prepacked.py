@@ -27,11 +27,15 @@ class PrepackedLinear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.dtype = weight.dtype
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
         self.bias = None if bias is None else bias.detach().clone()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
+        """In the weight's dtype; an input in another dtype (fp32 activations of a bf16 model)
+        is converted in and the output back."""
+        out = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype).contiguous(), self.packed, self.bias, "none", [], "")
+        return out.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN prepacked"

@@ -135,9 +135,10 @@ def test_record_toggle_records_the_visitors_run_for_download(browser, tiny_model
         toggle.click()
         wait_for(browser, lambda: "Recorded" in status.text and download.is_enabled(),
                  "the download button")
-    name = next(word for word in status.text.split() if word.endswith(".jsonl.gz:"))[:-1]
-    [path] = Path(tempfile.gettempdir()).glob(f"batchscope-traces-*/{name}")
-    recorded = load_trace(path)
+        name = next(word for word in status.text.split() if word.endswith(".jsonl.gz:"))[:-1]
+        # read while the server runs: it deletes its temporary recordings when it stops
+        [path] = Path(tempfile.gettempdir()).glob(f"batchscope-traces-*/{name}")
+        recorded = load_trace(path)
     assert recorded.header["text"] == "own"
     arrivals = {e["request_id"]: e for e in recorded.events if e["kind"] == "arrival"}
     assert set(ids) <= set(arrivals) and all(arrivals[rid]["prompt"] for rid in ids)
