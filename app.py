@@ -195,6 +195,9 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     from engine import AsyncLLM
     from serve.limits import limits_from_arguments
     from serve.openai_api import install_api
+    from viz.compare.controls import CompareHandlers
+    from viz.compare.routes import install_compare_routes
+    from viz.compare.runner import CompareRunner
     from viz.ui.firing import Firing
     from viz.ui.handlers import DashboardHandlers
 
@@ -207,12 +210,17 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     if args.record:
         recorder.record_run(args.record)
 
-    app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, detach, llm.shutdown))
+    compare = CompareRunner(args.model, engine_config(args))  # its own engines, never the live one
+    app, identity = web_app("Batchscope", hub_lifespan(hub, compare.close, recorder.close, detach,
+                                                       llm.shutdown))
+    install_compare_routes(app, compare)
     install_transports(app, SharedChannel(hub), identity)
     install_api(app, llm, limits)  # before Gradio takes "/" and shadows it
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
     app.state.firing, app.state.recorder = firing, recorder
-    blocks = build_ui(DashboardHandlers(llm, firing, load_presets(), identity, recorder, access))
+    library = load_presets()
+    blocks = build_ui(DashboardHandlers(llm, firing, library, identity, recorder, access,
+                                        compare=CompareHandlers(compare, llm, library, access)))
     gr.mount_gradio_app(app, blocks, path="/", head=HEAD, theme=gr.themes.Base(),
                         footer_links=[])
     return app, llm, hub
