@@ -5,7 +5,7 @@
 // feeds (lanes.js), so it works live, in a replay and in the exported report alike.
 import { autopsy, roundedParts, TTFT_PARTS } from "./autopsy.js";
 import { AUTOPSY_COLORS, CAUSE_COLORS, itlFigure, laneFigure, stateStyle } from "./autopsy_figures.js";
-import { story } from "./autopsy_story.js";
+import { story, tokenWhy } from "./autopsy_story.js";
 import { colorOf } from "./figures/common.js";
 import { element, Panel, plot } from "./panel.js";
 import { plainText } from "./text_fit.js";
@@ -204,7 +204,7 @@ function partRow(doc, part, ms, total, t, color) {
 
 function showItl(parts, a, view, color) {
   const t = view.t, tokens = a.tokens;
-  const why = (k) => whyText(k, t);
+  const why = (k) => tokenWhy(k, t);
   parts.itl.head.textContent = tokens.length ? t("autopsy.itl_title", { n: tokens.length }) : t("autopsy.itl_none");
   legend(parts.doc, parts.itl.legend, [...new Set(tokens.map((k) => k.cause))]
     .map((c) => [{ color: CAUSE_COLORS[c] || color, pattern: c === "unknown" ? { shape: "x" } : null },
@@ -213,17 +213,6 @@ function showItl(parts, a, view, color) {
   if (tokens.length) plot(parts.itl.plot, (size) => itlFigure(a, { ...view, size }, why));
   const slowest = tokens.filter((k) => k.slow).sort((p, q) => q.itl - p.itl).slice(0, SLOWEST);
   parts.itl.slow.replaceChildren(...slowest.map((k) => element(parts.doc, "li", "", null, plainText(why(k)))));
-}
-
-// "token 5 · 412 ms · step 17: shared with C's 100-row prefill (102 rows)" (Plotly-safe text).
-function whyText(k, t) {
-  const ms = Math.round(k.itl * 1000), by = k.by;
-  const head = t("autopsy.token_head", { index: k.index, ms, step: k.step });
-  const vars = by ? { ...by, kind: by.kind ? t.pair(`kind.${by.kind}`) : "", blocks: by.blocks ?? "?", n: k.stalled || 0 } : {};
-  const detail = { shared: "autopsy.why_shared", stalled: "autopsy.why_stalled", preempted: "autopsy.why_preempted",
-    idle: "autopsy.why_idle", unknown: "autopsy.why_unknown" }[k.cause];
-  const text = detail ? `${head} · ${t(detail, { ...vars, between: Math.round(k.between * 1000) })}` : head;
-  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
 function storyLine(doc, line, t) {

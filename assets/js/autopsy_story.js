@@ -2,6 +2,7 @@
 // admitted with a prefix-cache hit, each prefill chunk, decoding, stalls, a preemption with its
 // blocks and lost tokens, the first token, the finish), each {from, to, key, vars} for the
 // strings table. Pure (tested in node).
+import { escapeText } from "./text_fit.js";
 
 const RUN_KEYS = { wait: "autopsy.story_waited", wait_again: "autopsy.story_waited_again",
   decode: "autopsy.story_decoding", stall: "autopsy.story_stalled", unseen: "autopsy.story_unseen" };
@@ -71,4 +72,16 @@ function admissionLine(e) {
 
 function preemptionLine(e) {
   return point(e.step, "autopsy.story_preempted", { blocks: e.preempted.blocks ?? "?", lost: e.preempted.lost });
+}
+
+// Why token k took as long as it did: "token 5: 412 ms (step 17) · step 17 also carried C's
+// 100-row prefill (102 rows in all)", escaped for Plotly's hover.
+export function tokenWhy(k, t) {
+  const ms = Math.round(k.itl * 1000), by = k.by;
+  const head = t("autopsy.token_head", { index: k.index, ms, step: k.step });
+  const vars = by ? { ...by, kind: by.kind ? t.pair(`kind.${by.kind}`) : "", blocks: by.blocks ?? "?", n: k.stalled || 0 } : {};
+  const detail = { shared: "autopsy.why_shared", stalled: "autopsy.why_stalled", preempted: "autopsy.why_preempted",
+    idle: "autopsy.why_idle", unknown: "autopsy.why_unknown" }[k.cause];
+  const text = detail ? `${head} · ${t(detail, { ...vars, between: Math.round(k.between * 1000) })}` : head;
+  return escapeText(text);
 }

@@ -3,6 +3,7 @@
 // the pure builders, sized to their elements), the text cards, the header and the replay bar.
 import { startAutopsy } from "./autopsy_panel.js";
 import { cardOrder, renderCards } from "./cards.js";
+import { startCompare } from "./compare_panel.js";
 import { colorOf } from "./figures/common.js";
 import { VIEWS } from "./figures/index.js";
 import { showHeader } from "./header.js";
@@ -16,7 +17,8 @@ const SEEN_LIMIT = 256;  // request ids remembered per view, for the tests' debu
 
 const page = { state: initialState(), table: {}, lang: savedLanguage(window.localStorage),
   t: translator({}), link: "connecting", telemetry: null, drawPending: false,
-  seen: Object.fromEntries(VIEWS.map((v) => [v.key, new Set()])), replay: null, lanes: new LaneBook(), autopsy: null };
+  seen: Object.fromEntries(VIEWS.map((v) => [v.key, new Set()])), replay: null, lanes: new LaneBook(), autopsy: null,
+  compare: null };
 
 function dispatch(message) {
   page.state = reduce(page.state, message);
@@ -41,7 +43,7 @@ function draw() {
   const drewViews = !state.dirty.views || drawViews();
   const cards = document.getElementById("bs-texts");
   if (cards && state.meta) renderCards(cards, state, t, (rid) => colorOf(viewContext(null), rid));
-  if (page.autopsy && state.meta) page.autopsy.refresh();
+  if (page.autopsy && state.meta) { page.autopsy.refresh(); page.compare.refresh(); }
   if (drewViews && (cards || !state.requests.size)) page.state = reduce(page.state, { type: "drawn" });
   else window.setTimeout(scheduleDraw, 200);  // the page's elements or plotly are not there yet
 }
@@ -119,7 +121,7 @@ function debug() {
     requests: [...state.requests.keys()], cards: cardOrder(state.requests).map((e) => [e.request_id, e.status]),
     texts: Object.fromEntries([...state.requests].map(([rid, e]) => [rid, e.text.length])),
     seen: Object.fromEntries(Object.entries(page.seen).map(([k, v]) => [k, [...v]])),
-    autopsy: page.autopsy ? page.autopsy.debug() : null };
+    autopsy: page.autopsy ? page.autopsy.debug() : null, compare: page.compare ? page.compare.debug() : null };
 }
 
 async function start() {
@@ -133,7 +135,9 @@ async function start() {
   window.batchscope = { debug, setLanguage };
   page.autopsy = startAutopsy(document, { book: page.lanes, view: () => viewContext(null),
     until: () => (page.state.records.length ? page.state.records[page.state.records.length - 1].step : Infinity) });
+  page.compare = startCompare(document, { view: () => viewContext(null) });
   whenPresent(addLanguageSwitch);
+  whenPresent(() => page.compare.attach());
   whenPresent(() => {
     if (!document.getElementById("bs-replay")) return false;
     page.replay = startReplayBar(document, { viewer: () => page.state.viewer, t: () => page.t });
