@@ -45,6 +45,7 @@ class AutopsyPanel {
     this.rid = rid;
     this.ensurePanel().show();
     this.drawn = null;
+    this.last = null;
     this.refresh();
     return true;
   }
@@ -63,11 +64,13 @@ class AutopsyPanel {
     if (!this.rid || !this.panel || !this.panel.open) return;
     const a = autopsy(this.book, this.rid, this.until());
     const view = this.view();
-    const key = a && `${a.last}:${a.entries.length}:${a.finish ? 1 : 0}:${view.t.lang}:${this.panel.box.clientWidth}`;
-    if (!a || key === this.drawn) return;
+    const key = `${a ? `${a.last}:${a.entries.length}:${a.finish ? 1 : 0}` : "none"}:${view.t.lang}:${this.panel.box.clientWidth}`;
+    if (key === this.drawn) return;
     this.drawn = key;
-    this.last = a;
-    render(this.panel, this.parts, a, view);
+    this.last = a || { rid: this.rid, empty: true };
+    this.panel.body.classList.toggle("bs-autopsy-empty", !a);
+    if (a) render(this.panel, this.parts, a, view);
+    else renderUnseen(this.panel, this.parts, this.rid, view);
   }
 
   // "Click a request for its autopsy", under the text panels' heading.
@@ -83,6 +86,7 @@ class AutopsyPanel {
   debug() {
     const a = this.rid && this.last;
     if (!a) return { open: null };
+    if (a.empty) return { open: a.rid, empty: true };
     return { open: a.rid, ttft: { done: a.ttft.done, total_ms: a.ttft.total * 1000,
       parts_ms: Object.fromEntries(Object.entries(a.ttft.parts).map(([k, v]) => [k, v * 1000])) },
     steps: a.steps.map((s) => [s.step, s.state]), story: story(a).map((l) => l.key) };
@@ -127,6 +131,17 @@ function render(panel, parts, a, view) {
   showItl(parts, a, view, color);
   parts.story.head.textContent = t("autopsy.story_title");
   parts.story.list.replaceChildren(...story(a).map((line) => storyLine(parts.doc, line, t)));
+}
+
+// A request none of whose steps this page saw (it connected after them).
+function renderUnseen(panel, parts, rid, view) {
+  const t = view.t, color = colorOf(view, rid);
+  panel.label(t);
+  panel.chip.style.background = color;
+  panel.title.textContent = t("autopsy.title", { rid });
+  panel.title.style.color = color;
+  panel.sub.textContent = "";
+  parts.notes.replaceChildren(element(parts.doc, "p", "bs-autopsy-note", null, t("autopsy.note_none")));
 }
 
 function summary(a, t) {
