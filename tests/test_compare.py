@@ -112,11 +112,11 @@ def test_the_presenter_key_gates_a_compare_and_nothing_starts_without_it(live, t
     llm, _ = live
     runner = CompareRunner(tiny_model_dir, {})
     handlers = CompareHandlers(runner, llm, load_presets(), PresenterAccess(key="sesame"))
-    args = ("article", "mixed", 512, "prefill_first", 512)
+    args = ("article", "mixed", 512, "prefill_first", 512, 0)
     with pytest.warns(UserWarning) as warned:  # gr.Warning: the visitor is told
         assert "presenter key" in handlers.run(*args, "")
         assert "wrong" in handlers.run(*args, "nope")
-        assert "Not compared" in handlers.run("article", "fastest", 512, "mixed", 512, "sesame")
+        assert "Not compared" in handlers.run("article", "fastest", 512, "mixed", 512, 0, "sesame")
     assert len(warned) == 3
     assert runner.state() == {"state": "idle", "latest": None}
 

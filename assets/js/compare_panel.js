@@ -216,6 +216,7 @@ function ranLines(result, t) {
   const device = a.hardware ? a.hardware.gpu || a.hardware.device || "" : "";
   const lines = [t("compare.ran", { n: result.pattern.requests.length, model: a.model || result.model, device }),
     t("compare.arrivals", { list: arrivals })];
+  if (result.min_step_ms) lines.push(t("compare.slow", { ms: result.min_step_ms }));
   if (result.pattern.capped) lines.push(t("compare.capped"));
   return lines;
 }

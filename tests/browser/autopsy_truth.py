@@ -104,3 +104,15 @@ def story(driver) -> list[tuple[str, str]]:
 def close(driver) -> None:
     driver.execute_script("document.querySelector('#bs-autopsy .bs-panel-close').click();")
     wait_for(driver, lambda: not (debug(driver)["autopsy"] or {}).get("open"), "the autopsy closed")
+
+
+def assert_no_overflow(driver, panel: str) -> None:
+    """No text of the panel runs past its box (nothing scrolls sideways, no cell overflows)."""
+    cut = driver.execute_script(
+        "const root = document.querySelector(arguments[0]), box = root.querySelector('.bs-panel-box');"
+        "const out = [...root.querySelectorAll('h2, h3, h4, p, li, th, td, span, button')].filter(e =>"
+        " e.offsetParent && e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible')"
+        ".map(e => e.textContent.slice(0, 60));"
+        "if (box.scrollWidth > box.clientWidth + 1) out.push('the panel scrolls sideways');"
+        "return out;", panel)
+    assert cut == [], cut

@@ -10,6 +10,7 @@ import pytest
 from autopsy_truth import (
     ITL,
     LANE,
+    assert_no_overflow,
     click_card,
     click_segment,
     close,
@@ -140,18 +141,6 @@ def drawn_to_panel(driver) -> bool:
     return driver.execute_script(
         "return [...document.querySelectorAll('#bs-autopsy .bs-autopsy-plot')].filter(p => !p.hidden).every(p =>"
         " p._fullLayout && Math.abs(p._fullLayout.width - p.clientWidth) <= 1);")
-
-
-def assert_no_overflow(driver, panel: str) -> None:
-    """No text of the panel runs past its box (nothing scrolls sideways, no cell overflows)."""
-    cut = driver.execute_script(
-        "const root = document.querySelector(arguments[0]), box = root.querySelector('.bs-panel-box');"
-        "const out = [...root.querySelectorAll('h2, h3, h4, p, li, th, td, span, button')].filter(e =>"
-        " e.offsetParent && e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible')"
-        ".map(e => e.textContent.slice(0, 60));"
-        "if (box.scrollWidth > box.clientWidth + 1) out.push('the panel scrolls sideways');"
-        "return out;", panel)
-    assert cut == [], cut
 
 
 def test_a_preempted_request_shows_its_preemption(tiny_model_dir):

@@ -58,7 +58,7 @@ class CompareHandlers:
         return trace_pattern(trace, path.name, self.library, self.llm.tokenizer)
 
     def run(self, choice: str, policy_a: str, budget_a: float, policy_b: str, budget_b: float,
-            key: str) -> str:
+            slow_ms: float, key: str) -> str:
         verdict = self.access.verdict(key)
         if verdict != ALLOWED:
             return self._refused(PAGE.both("key_needed" if verdict == MISSING else "key_wrong"))
@@ -67,7 +67,7 @@ class CompareHandlers:
             if self.llm.state != "ready":
                 raise PageError("model_loading")
             pattern = self.pattern(choice)
-            self.runner.start(pattern, sides)
+            self.runner.start(pattern, sides, float(slow_ms or 0) / 1000)
         except CompareBusy:
             return self._refused(PAGE.both("compare_busy"))
         except (ValueError, RuntimeError, PageError) as exc:
@@ -111,10 +111,12 @@ def compare_controls(handlers: CompareHandlers, key: gr.Textbox) -> None:
                                 label=PAGE.both("compare_policy", side="B"))
             budget_b = gr.Number(value=budget, precision=0, minimum=1, elem_id="bs-compare-budget-b",
                                  label=PAGE.both("compare_budget", side="B"))
+        slow = gr.Slider(0, 500, value=0, step=10, label=PAGE.both("compare_slow"),
+                         elem_id="bs-compare-slow")
         run = gr.Button(PAGE.both("compare_run"), size="sm", elem_id="bs-compare-run")
         status = gr.Markdown(elem_id="bs-compare-status")
         gr.HTML(f'<button id="bs-compare-open" type="button" hidden>'
                 f'{html.escape(PAGE.both("compare_show"))}</button>'
                 '<div id="bs-compare-progress" class="bs-caption"></div>')
-    run.click(handlers.run, [pattern, policy_a, budget_a, policy_b, budget_b, key], status,
+    run.click(handlers.run, [pattern, policy_a, budget_a, policy_b, budget_b, slow, key], status,
               api_name="compare", concurrency_limit=1)

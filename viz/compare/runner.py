@@ -25,7 +25,8 @@ from ..ui.firing import Firing
 from .pattern import ArrivalPattern
 
 log = logging.getLogger(__name__)
-RUN_TIMEOUT_S = 300.0  # one side's requests, from its first arrival to its last token
+RUN_TIMEOUT_S = 300.0
+MAX_MIN_STEP_S = 0.5  # one side's requests, from its first arrival to its last token
 LOAD_TIMEOUT_S = 300.0
 _ids = itertools.count(1)
 
@@ -49,6 +50,7 @@ class CompareState:
     id: int
     pattern: ArrivalPattern
     sides: tuple[CompareSide, CompareSide]
+    min_step_s: float = 0.0  # slow motion for both runs (each step takes at least this long)
     state: str = "running"  # "running" | "done" | "failed"
     running: str | None = None  # the side running now
     error: str | None = None
@@ -81,14 +83,19 @@ class CompareRunner:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def start(self, pattern: ArrivalPattern, sides: tuple[CompareSide, CompareSide]) -> int:
-        """Start a compare in the background; its id (CompareBusy while one runs)."""
+    def start(self, pattern: ArrivalPattern, sides: tuple[CompareSide, CompareSide],
+              min_step_s: float = 0.0) -> int:
+        """Start a compare in the background; its id (CompareBusy while one runs).
+        ``min_step_s``: slow motion for both runs, so that on a busy machine a step outlasts
+        the timing noise and the latencies show the schedule (the page says so)."""
+        if not 0 <= min_step_s <= MAX_MIN_STEP_S:
+            raise ValueError(f"slow motion must be 0 to {MAX_MIN_STEP_S * 1000:.0f} ms per step")
         with self._lock:
             if self._closed:
                 raise RuntimeError("the server is stopping")
             if self._current is not None and self._current.state == "running":
                 raise CompareBusy("a compare is running already")
-            self._current = CompareState(next(_ids), pattern, sides)
+            self._current = CompareState(next(_ids), pattern, sides, min_step_s)
             self._thread = threading.Thread(target=self._run, args=(self._current,),
                                             name="batchscope-compare", daemon=True)
             self._thread.start()
@@ -121,7 +128,7 @@ class CompareRunner:
         try:
             for side in compare.sides:
                 compare.running = side.label
-                compare.results.append(self._run_side(compare.pattern, side))
+                compare.results.append(self._run_side(compare, side))
             compare.state = "done"
         except Exception as exc:  # a failed compare is reported, the server goes on
             log.exception("compare %d failed", compare.id)
@@ -131,7 +138,7 @@ class CompareRunner:
             if compare.state == "done":
                 self._latest_done = compare
 
-    def _run_side(self, pattern: ArrivalPattern, side: CompareSide) -> dict:
+    def _run_side(self, compare: CompareState, side: CompareSide) -> dict:
         loading = time.monotonic()
         engine = self.make_engine(self.model, **{**self.options, **side.options()})
         records: list[dict] = []
@@ -139,9 +146,10 @@ class CompareRunner:
         try:
             engine.wait_ready(LOAD_TIMEOUT_S)
             load_s = time.monotonic() - loading
+            engine.set_min_step_interval(compare.min_step_s)
             engine.subscribe(lambda r: records.append(_compact(r if isinstance(r, dict) else r.to_dict())))
             engine.subscribe_events(lambda e: arrivals.append(_arrival(e)) if e["kind"] == "arrival" else None)
-            ids = Firing(engine, TelemetryHub()).fire(list(pattern.planned), owner=None)
+            ids = Firing(engine, TelemetryHub()).fire(list(compare.pattern.planned), owner=None)
             if not engine.wait_for(ids, {"finished"}, self.run_timeout_s):
                 raise TimeoutError(f"side {side.label}: not finished after {self.run_timeout_s:.0f} s")
             header = engine.info().trace_header
@@ -169,5 +177,6 @@ def _result_json(compare: CompareState, model: str) -> dict:
     return {"id": compare.id, "model": model, "order": "one after the other",
             "pattern": {"kind": pattern.kind, "name": pattern.name, "title": pattern.title,
                         "capped": pattern.capped, "requests": pattern.describe()},
-            "sides": compare.results, "started_at": compare.started_at,
+            "sides": compare.results, "min_step_ms": round(compare.min_step_s * 1000),
+            "started_at": compare.started_at,
             "finished_at": compare.finished_at}
