@@ -221,3 +221,20 @@ def test_the_exported_report_opens_the_same_autopsy(tmp_path):
         assert keys.count("autopsy.story_recompute") == 2 and "autopsy.story_preempted" in keys
         SHOTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(SHOTS / "report_autopsy_1920x1080.png"))
+
+
+def test_in_a_replay_the_autopsy_shows_the_lane_up_to_the_step_on_screen(replay_server, records):
+    from chromium import scrub
+
+    trace = load_trace(sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))[0])
+    arrival = next(e["time"] for e in trace.events if e["kind"] == "arrival" and e["request_id"] == "r2")
+    with chromium(*SIZES[1]) as driver:
+        driver.get(replay_server.url + "/")
+        wait_for(driver, lambda: (s := debug(driver)) and s["connected"] and s["lastStep"] >= 0, "the replay")
+        scrub(driver, 10)
+        wait_for(driver, lambda: debug(driver)["lastStep"] == records[10]["step"], "iteration 10 on screen")
+        click_card(driver, "r2")
+        figure = wait_open(driver, "r2")
+        assert drawn_lane(figure) == expected_lane(records[:11], "r2")  # its life so far, not beyond
+        shown, want = ttft_shown(driver), expected_ttft(records, arrival, "r2")
+        assert sum(shown["parts"].values()) == shown["total"] and abs(shown["total"] - want["total"]) <= 0.5 + 1e-6
