@@ -258,14 +258,20 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     from engine import AsyncLLM
     from serve.limits import limits_from_arguments
     from serve.openai_api import install_api
+    from viz.compare.controls import CompareHandlers
+    from viz.compare.routes import install_compare_routes
+    from viz.compare.runner import CompareRunner
     from viz.ui.submit import LocalSubmitter
 
     llm = AsyncLLM(args.model, **engine_config(args))
     limits = limits_from_arguments(args)
+    compare = CompareRunner(args.model, engine_config(args))  # its own engines, never the live one
     app, hub, handlers = dashboard(args, "Batchscope", llm, LocalSubmitter(llm), llm,
                                    limits.max_prompt_tokens,  # the API's limit
-                                   (llm.shutdown,))
+                                   (compare.close, llm.shutdown))
+    install_compare_routes(app, compare)
     install_api(app, llm, limits)
+    handlers.compare = CompareHandlers(compare, llm, handlers.library, handlers.access)
     mount_page(app, handlers)
     return app, llm, hub
 

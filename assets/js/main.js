@@ -1,10 +1,13 @@
 // Batchscope dashboard: wiring. Messages from the telemetry stream go through reduce(); the
 // page draws at most once per animation frame: Plotly.react on the four views (figures from
 // the pure builders, sized to their elements), the text cards, the header and the replay bar.
+import { startAutopsy } from "./autopsy_panel.js";
 import { cardOrder, renderCards } from "./cards.js";
+import { startCompare } from "./compare_panel.js";
 import { colorOf } from "./figures/common.js";
 import { VIEWS } from "./figures/index.js";
 import { showHeader } from "./header.js";
+import { LaneBook } from "./lanes.js";
 import { startReplayBar } from "./replay.js";
 import { initialState, reduce } from "./state.js";
 import { LANGUAGES, loadStrings, saveLanguage, savedLanguage, translator } from "./strings.js";
@@ -14,10 +17,12 @@ const SEEN_LIMIT = 256;  // request ids remembered per view, for the tests' debu
 
 const page = { state: initialState(), table: {}, lang: savedLanguage(window.localStorage),
   t: translator({}), link: "connecting", telemetry: null, drawPending: false,
-  seen: Object.fromEntries(VIEWS.map((v) => [v.key, new Set()])), replay: null };
+  seen: Object.fromEntries(VIEWS.map((v) => [v.key, new Set()])), replay: null, lanes: new LaneBook(), autopsy: null,
+  compare: null };
 
 function dispatch(message) {
   page.state = reduce(page.state, message);
+  page.lanes.apply(message);  // every record, for the request autopsy (lanes.js)
   if (message.status || message.type === "snapshot") {
     document.dispatchEvent(new CustomEvent("batchscope:status", { detail: page.state.status }));
     if (page.replay && page.state.status) page.replay.show(page.state.status.replay);
@@ -38,6 +43,7 @@ function draw() {
   const drewViews = !state.dirty.views || drawViews();
   const cards = document.getElementById("bs-texts");
   if (cards && state.meta) renderCards(cards, state, t, (rid) => colorOf(viewContext(null), rid));
+  if (page.autopsy && state.meta) { page.autopsy.refresh(); page.compare.refresh(); }
   if (drewViews && (cards || !state.requests.size)) page.state = reduce(page.state, { type: "drawn" });
   else window.setTimeout(scheduleDraw, 200);  // the page's elements or plotly are not there yet
 }
@@ -56,6 +62,7 @@ function drawViews() {
     figure.layout.meta = { step: last ? last.step : null };  // which step is drawn (for tests)
     window.Plotly.react(elements[i], figure.data, figure.layout, { displayModeBar: false, responsive: false });
     remember(page.seen[v.key], figure.ids);
+    if (page.autopsy) page.autopsy.wire(elements[i]);
   });
   return true;
 }
@@ -113,7 +120,8 @@ function debug() {
     viewer: state.viewer, status: state.status, lastStep: last ? last.step : -1, lang: page.lang,
     requests: [...state.requests.keys()], cards: cardOrder(state.requests).map((e) => [e.request_id, e.status]),
     texts: Object.fromEntries([...state.requests].map(([rid, e]) => [rid, e.text.length])),
-    seen: Object.fromEntries(Object.entries(page.seen).map(([k, v]) => [k, [...v]])) };
+    seen: Object.fromEntries(Object.entries(page.seen).map(([k, v]) => [k, [...v]])),
+    autopsy: page.autopsy ? page.autopsy.debug() : null, compare: page.compare ? page.compare.debug() : null };
 }
 
 async function start() {
@@ -125,7 +133,11 @@ async function start() {
   }
   page.t = translator(page.table, page.lang);
   window.batchscope = { debug, setLanguage };
+  page.autopsy = startAutopsy(document, { book: page.lanes, view: () => viewContext(null),
+    until: () => (page.state.records.length ? page.state.records[page.state.records.length - 1].step : Infinity) });
+  page.compare = startCompare(document, { view: () => viewContext(null) });
   whenPresent(addLanguageSwitch);
+  whenPresent(() => page.compare.attach());
   whenPresent(() => {
     if (!document.getElementById("bs-replay")) return false;
     page.replay = startReplayBar(document, { viewer: () => page.state.viewer, t: () => page.t });

@@ -34,9 +34,10 @@ class Live:
 
 
 @contextmanager
-def live_dashboard(model_dir: str, wrap=lambda app: app):
-    """The dashboard on ``model_dir`` served (``wrap``ped, e.g. by a test proxy) until exit."""
-    args = dashboard.build_parser().parse_args(["--model", model_dir, "--num-kv-blocks", "256"])
+def live_dashboard(model_dir: str, wrap=lambda app: app, options=("--num-kv-blocks", "256")):
+    """The dashboard on ``model_dir`` served (``wrap``ped, e.g. by a test proxy) until exit;
+    ``options``: app.py's flags (e.g. a small KV pool)."""
+    args = dashboard.build_parser().parse_args(["--model", model_dir, *options])
     app, llm, _ = dashboard.create_app(args)
     with BackgroundServer(wrap(app)) as server:
         llm.wait_ready(120)

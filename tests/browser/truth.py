@@ -115,9 +115,10 @@ def overlaps(a: dict, b: dict, slack: float = 1.0) -> bool:
             and a["top"] + slack < b["bottom"] and b["top"] + slack < a["bottom"])
 
 
-def assert_texts_readable(driver, where: str) -> None:
-    """No label of any view runs out of its figure or over another label."""
-    for view in VIEWS:
+def assert_texts_readable(driver, where: str, views: list[str] = VIEWS) -> None:
+    """No label of any of ``views`` (figure element ids) runs out of its figure or over
+    another label."""
+    for view in views:
         drawn_texts = drawn(driver, "drawnTexts", view)
         svg = drawn_texts["svg"]
         for text in drawn_texts["texts"]:

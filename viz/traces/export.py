@@ -21,7 +21,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..colors import STATE_COLORS, phase_colors
+from ..colors import STATE_COLORS, phase_colors, view_meta
+from ..paths import ASSETS
+from .report_client import import_map_html, json_script
 from .trace import Trace, TraceError, load_trace, trace_phases
 
 ENGINE_PID, REQUESTS_PID = 1, 2
@@ -344,6 +346,7 @@ th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left
 {charts}
 <h2>Requests</h2>
 {_requests_table(timelines)}
+{_autopsy_html(trace)}
 <script>
 const figures = {json.dumps(figures, separators=(",", ":"))};
 for (const [id, fig] of Object.entries(figures)) {{
@@ -387,15 +390,46 @@ def _summary_table(summary: RunSummary) -> str:
 
 
 def _requests_table(timelines: dict[str, RequestTimeline]) -> str:
+    """One row per request; its id opens the request's autopsy."""
     head = ("request", "prompt tokens", "generated", "prefix hit", "TTFT (ms)", "mean ITL (ms)",
             "preemptions", "finish")
     rows = "".join(
-        "<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in (
-            t.request_id, t.num_prompt_tokens, len(t.token_times), t.prefix_hit_tokens,
+        f"<tr><td>{_autopsy_button(t.request_id)}</td>" + "".join(f"<td>{_fmt(v)}</td>" for v in (
+            t.num_prompt_tokens, len(t.token_times), t.prefix_hit_tokens,
             t.ttft_ms, t.mean_itl_ms, t.preemptions, t.finish_reason)) + "</tr>"
         for t in timelines.values())
     header = "".join(f"<th>{h}</th>" for h in head)
     return f'<table id="requests"><tr>{header}</tr>{rows}</table>'
+
+
+def _autopsy_button(request_id: str) -> str:
+    rid = html.escape(request_id)
+    return f'<button type="button" class="bs-autopsy-open" data-autopsy="{rid}">{rid}</button>'
+
+
+def _autopsy_html(trace: Trace) -> str:
+    """The request autopsy of the live page (assets/js, inlined as modules), fed with every
+    record of the trace and its arrivals: click a request id to open it."""
+    strings = json.loads((ASSETS / "strings.json").read_text(encoding="utf-8"))["views"]
+    data = {"strings": strings, "meta": view_meta(trace_phases(trace), {}),
+            "records": [_lane_record(r) for r in trace.records],
+            "arrivals": [{"kind": "arrival", "request_id": e["request_id"], "time": e["time"]}
+                         for e in trace.events if e["kind"] == "arrival"]}
+    return f"""<style>{(ASSETS / "panels.css").read_text(encoding="utf-8")}
+.bs-autopsy-open {{ font: inherit; color: #1f5fbf; background: none; border: 0; padding: 0;
+  cursor: pointer; text-decoration: underline; }}</style>
+{json_script("bs-report-data", data)}
+{import_map_html("report.js")}
+<script type="module">
+import {{ startReport }} from "batchscope/js/report.js";
+startReport(document, JSON.parse(document.getElementById("bs-report-data").textContent));
+</script>"""
+
+
+def _lane_record(record: dict) -> dict:
+    """A record as the lanes read it: without the pool's per-block lists."""
+    kv = record["kv"]
+    return {**record, "kv": {"block_size": kv["block_size"], "num_blocks": kv["num_blocks"]}}
 
 
 # ---- command line ----------------------------------------------------------------------------

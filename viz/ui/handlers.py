@@ -25,6 +25,8 @@ from .strings import PAGE, PageError, Strings
 if TYPE_CHECKING:
     from engine import AsyncLLM
 
+    from ..compare.controls import CompareHandlers
+
 KEY_MESSAGES = {MISSING: "key_needed", WRONG: "key_wrong"}
 
 
@@ -37,6 +39,7 @@ class DashboardHandlers:
     recorder: Recorder
     access: PresenterAccess
     strings: Strings = PAGE
+    compare: CompareHandlers | None = None  # the Compare controls (viz/compare/), when offered
 
     # ---- firing ----------------------------------------------------------------------------
     def preset(self, preset_id: str) -> tuple:

@@ -72,6 +72,9 @@ def build_ui(handlers: DashboardHandlers) -> gr.Blocks:
             with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
                 firing = _firing_controls(handlers.library)
                 presenter = _presenter_controls(handlers)
+                if handlers.compare is not None:
+                    from ..compare.controls import compare_controls  # imports the engine
+                    compare_controls(handlers.compare, presenter.key)
             _view_columns()
         _wire(demo, handlers, firing, presenter)
     return demo

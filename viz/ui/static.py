@@ -22,6 +22,7 @@ CLIENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "te
 HEAD = (
     '<script src="/plotly.min.js"></script>\n'
     '<link rel="stylesheet" href="/batchscope/dashboard.css">\n'
+    '<link rel="stylesheet" href="/batchscope/panels.css">\n'
     '<script type="module" src="/batchscope/js/main.js"></script>\n'
 )
 REPLAY_HEAD = HEAD  # js/main.js starts the replay bar when the page has one

@@ -30,7 +30,8 @@ export function tokenLayout(records, view) {
       ticks: "outside", fixedrange: true }),
     yaxis: stripAxis(geometry.budget),
     xaxis3: axis({ range: [0, Math.max(1, record.num_rows)], anchor: "y3", showgrid: false,
-      zeroline: false, tickfont: { size: 10 }, ticks: "outside", tickformat: "d", fixedrange: true }),
+      zeroline: false, tickfont: { size: 10 }, ticks: "outside", tickformat: "d", fixedrange: true,
+      dtick: record.num_rows <= 8 ? 1 : undefined }),  // whole rows: no "0 0 1 1" on a 1-row step
     yaxis3: stripAxis(geometry.zoom),
     xaxis2: stepAxis(Math.min(...steps), Math.max(...steps), plotWidth,
       { anchor: "y2", title: { ...axisTitle(view.t.parts("layout.history_x"), plotWidth, 1), standoff: 4 } }),
