@@ -113,6 +113,17 @@ def test_pages_set_a_visitor_cookie_once_and_api_routes_none():
     assert "set-cookie" not in TestClient(cookie_app()).get("/v1/models").headers
 
 
+def test_over_https_the_cookie_also_reaches_a_page_framed_by_another_site():
+    """A Hugging Face Space shows the app (*.hf.space) in an iframe of huggingface.co: a
+    SameSite=Lax cookie is not sent from a cross-site frame, so the visitor would lose their
+    identity (and their own text) on every request. Over https the cookie is SameSite=None,
+    Secure and Partitioned (CHIPS: kept per top-level site)."""
+    client = TestClient(cookie_app(), base_url="https://space.example")
+    set_cookie = client.get("/").headers["set-cookie"]
+    assert "SameSite=None" in set_cookie and "Secure" in set_cookie and "Partitioned" in set_cookie
+    assert "SameSite=Lax" not in set_cookie and "HttpOnly" in set_cookie
+
+
 @pytest.mark.parametrize("forged", ["", "not-hex", "0" * 31, "x" * 32, ALICE.upper()])
 def test_a_forged_or_malformed_cookie_is_replaced(forged):
     client = TestClient(cookie_app(), cookies={COOKIE: forged})

@@ -1,4 +1,4 @@
-"""Who a visitor is: a random id in an HttpOnly, SameSite=Lax cookie, ``bs_visitor``.
+"""Who a visitor is: a random id in an HttpOnly cookie, ``bs_visitor``.
 
 The server sets the cookie on the first response to a browser that has none (any page,
 Gradio's own included) and derives the visitor's owner token from it with an HMAC under the
@@ -8,6 +8,12 @@ or the page's JavaScript (HttpOnly). A request without the cookie gets a fresh i
 into the request's own cookie header as well, so even that first request (say, the Gradio
 page) already has its visitor. API clients (``/v1``, ``/metrics``, ``/healthz``) are left
 alone: they are not visitors of the page.
+
+Over plain http (a laptop, a workshop LAN) the cookie is SameSite=Lax. Over https it is
+SameSite=None; Secure; Partitioned: a Hugging Face Space shows the app (*.hf.space) inside an
+iframe of huggingface.co, a cross-site frame to which browsers send no Lax cookie, so every
+request there would look like a new visitor. Partitioned (CHIPS) keeps the cookie per
+top-level site, which browsers that block third-party cookies still allow.
 """
 from __future__ import annotations
 
@@ -71,8 +77,8 @@ class VisitorCookies:
 
 
 def set_cookie_header(visitor: str, secure: bool = False) -> str:
-    attributes = f"{COOKIE}={visitor}; Path=/; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax"
-    return attributes + ("; Secure" if secure else "")
+    attributes = f"{COOKIE}={visitor}; Path=/; Max-Age={MAX_AGE_S}; HttpOnly"
+    return attributes + ("; SameSite=None; Secure; Partitioned" if secure else "; SameSite=Lax")
 
 
 def _cookie(headers: list[tuple[bytes, bytes]]) -> str | None:
