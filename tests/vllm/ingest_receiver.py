@@ -3,6 +3,7 @@ for the sender's tests and the integration test. It can refuse a token, stall (s
 so TCP back-pressure reaches the sender) and be stopped and restarted on the same port."""
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -69,3 +70,17 @@ def wait_until(condition, what: str, limit: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.02)
+
+
+async def refusal(url: str, first: str) -> int | None:
+    """The close code a real ingest endpoint answers a client whose first message is ``first``."""
+    import websockets
+
+    async with websockets.connect(url) as ws:
+        await ws.send(first)
+        try:
+            await asyncio.wait_for(ws.recv(), 10)
+        except websockets.ConnectionClosed:
+            pass
+        await ws.wait_closed()
+        return ws.close_code

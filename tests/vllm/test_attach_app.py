@@ -11,9 +11,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-import websockets
 from batchscope_vllm.sender import IngestSender
-from ingest_receiver import wait_until
+from ingest_receiver import refusal, wait_until
 from record_scenarios import chunked_prefill
 
 from viz.live.identity import COOKIE, new_visitor_id
@@ -88,17 +87,6 @@ def test_the_status_says_waiting_then_which_engine_then_disconnected(fake):
         engine.close(timeout=2)
         gone = statuses(server, lambda s: s["state"] == "dead")[-1]
         assert gone["state"] == "dead" and "disconnected" in gone["error"]
-
-
-async def refusal(url: str, first: str) -> int:
-    async with websockets.connect(url) as ws:
-        await ws.send(first)
-        try:
-            await asyncio.wait_for(ws.recv(), 10)
-        except websockets.ConnectionClosed:
-            pass
-        await ws.wait_closed()
-        return ws.close_code
 
 
 def test_bad_ingest_clients_are_refused_and_counted_and_the_engine_keeps_streaming(fake):

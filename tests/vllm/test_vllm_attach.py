@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ingest_receiver import refusal
 from vllm_env import HERE, PLUGIN_DIR, ROOT, require_plugin
 
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
@@ -189,19 +190,6 @@ def test_batchscope_killed_mid_run_costs_vllm_nothing_and_the_page_recovers(stac
              and s["status"]["ingest"]["connections"] >= 1, "the page on the third dashboard, vLLM back", 90)
     ids = fire_and_finish(driver)
     assert all(panel_text(driver, rid) for rid in ids)
-
-
-async def refusal(url: str, first: str) -> int | None:
-    import websockets
-
-    async with websockets.connect(url) as ws:
-        await ws.send(first)
-        try:
-            await asyncio.wait_for(ws.recv(), 10)
-        except websockets.ConnectionClosed:
-            pass
-        await ws.wait_closed()
-        return ws.close_code
 
 
 def test_bad_ingest_clients_are_refused_and_counted_on_the_page(stack, driver):
