@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..live.hub import TelemetryHub
 from ..ui.firing import Firing
+from ..ui.submit import LocalSubmitter
 from .pattern import ArrivalPattern
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ class CompareRunner:
             engine.set_min_step_interval(compare.min_step_s)
             engine.subscribe(lambda r: records.append(_compact(r if isinstance(r, dict) else r.to_dict())))
             engine.subscribe_events(lambda e: arrivals.append(_arrival(e)) if e["kind"] == "arrival" else None)
-            ids = Firing(engine, TelemetryHub()).fire(list(compare.pattern.planned), owner=None)
+            ids = Firing(LocalSubmitter(engine), TelemetryHub()).fire(list(compare.pattern.planned), owner=None)
             if not engine.wait_for(ids, {"finished"}, self.run_timeout_s):
                 raise TimeoutError(f"side {side.label}: not finished after {self.run_timeout_s:.0f} s")
             header = engine.info().trace_header
