@@ -197,6 +197,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     from serve.openai_api import install_api
     from viz.ui.firing import Firing
     from viz.ui.handlers import DashboardHandlers
+    from viz.ui.solo_check import install_solo_check_route
 
     llm = AsyncLLM(args.model, **engine_config(args))
     hub = TelemetryHub(shared_view=args.shared_view)
@@ -210,6 +211,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     app, identity = web_app("Batchscope", hub_lifespan(hub, recorder.close, detach, llm.shutdown))
     install_transports(app, SharedChannel(hub), identity)
     install_api(app, llm, limits)  # before Gradio takes "/" and shadows it
+    install_solo_check_route(app, llm, hub, identity)
     access = PresenterAccess.for_server(args.presenter_key, bool(os.environ.get("SPACE_ID")))
     app.state.firing, app.state.recorder = firing, recorder
     blocks = build_ui(DashboardHandlers(llm, firing, load_presets(), identity, recorder, access))
