@@ -261,6 +261,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
     from viz.compare.controls import CompareHandlers
     from viz.compare.routes import install_compare_routes
     from viz.compare.runner import CompareRunner
+    from viz.ui.solo_check import install_solo_check_route
     from viz.ui.submit import LocalSubmitter
 
     llm = AsyncLLM(args.model, **engine_config(args))
@@ -271,6 +272,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
                                    (compare.close, llm.shutdown))
     install_compare_routes(app, compare)
     install_api(app, llm, limits)
+    install_solo_check_route(app, llm, hub, app.state.identity)
     handlers.compare = CompareHandlers(compare, llm, handlers.library, handlers.access)
     mount_page(app, handlers)
     return app, llm, hub

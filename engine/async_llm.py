@@ -5,7 +5,8 @@ thread (``prepare``/``prepare_chat``: validate and tokenize), hand them over
 (``add_request`` returns the request's ``RequestStream``: iterate it from a thread or
 ``async for`` it from an event loop), and watch through plain data: record and event dicts
 (``subscribe``, ``subscribe_events``), live ``counts()`` and ``status()``, and ``wait_for``
-request states. Nothing outside engine/ needs the engine object itself.
+request states. Nothing outside engine/ needs the engine object itself. ``solo_check`` re-runs a
+finished request alone and says whether it came out the same (solo_check.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .record_source import SourceInfo
 from .request_status import RequestStatusBoard
 from .request_stream import RequestStream
 from .sampling_params import SamplingParams
+from .solo_check import RunLog, SoloChecker, SoloReport
 
 
 class AsyncLLM:
@@ -29,7 +31,9 @@ class AsyncLLM:
         self.model = model
         self.config = EngineConfig.from_kwargs(**config)
         self._board = RequestStatusBoard()
-        self._fanout = Fanout(self._board)
+        self._runs = RunLog()
+        self._fanout = Fanout(self._board, on_deltas=self._runs.take)
+        self._solo = SoloChecker(self, self._runs)
         self._loop = EngineLoop(model, self.config, self._fanout)
         self._model_info: ModelInfo | None = None
 
@@ -99,6 +103,7 @@ class AsyncLLM:
         elif params is not None:
             raise ValueError("sampling_params: a Prepared prompt carries its own")
         request = self._loop.ready_engine().make_request(prompt, None, request_id)
+        self._runs.start(request.request_id, prompt)
         return self._loop.add(request, prompt.text)
 
     def abort(self, request_id: str) -> None:
@@ -108,6 +113,13 @@ class AsyncLLM:
         """Block until every request is in one of ``states`` (as in the records: waiting,
         prefilling, decoding, preempted, finished); False on timeout."""
         return self._board.wait_for(request_ids, states, timeout)
+
+    def solo_check(self, request_id: str, solo_request_id: str | None = None,
+                   timeout: float = 120.0) -> SoloReport:
+        """Re-run a finished request (one that kept its log-probabilities: greedy, or seeded) alone
+        once the engine is idle, and compare: "same as alone" or where it first differs. Blocks;
+        LookupError (not kept), ValueError (not comparable, or paused), TimeoutError (busy)."""
+        return self._solo.check(request_id, solo_request_id, timeout)
 
     def detokenize(self, token_ids: list[int]) -> str | None:
         return self._loop.ready_engine().preparer.detokenize(token_ids)

@@ -2,7 +2,8 @@
 
 Each request's deltas go to its ``RequestStream``; each step's record goes, as one dict built
 once and shared, to every record subscriber; arrivals and deltas go as RequestEvent dicts to
-every event subscriber; and every state change goes to the ``RequestStatusBoard``.
+every event subscriber; every state change goes to the ``RequestStatusBoard``; and the deltas
+themselves to ``on_deltas`` (the solo check's ``RunLog``) when given.
 Subscribers run on the engine thread and must only hand data off. The subscriber lists are
 replaced, never mutated, so the engine thread reads them without a lock.
 """
@@ -25,8 +26,10 @@ Listener = Callable[[dict], None]
 
 
 class Fanout:
-    def __init__(self, board: RequestStatusBoard):
+    def __init__(self, board: RequestStatusBoard,
+                 on_deltas: Callable[[list[RequestDelta]], None] | None = None):
         self.board = board
+        self.on_deltas = on_deltas
         self._lock = threading.Lock()
         self._streams: dict[str, RequestStream] = {}
         self._listeners: dict[str, list[Listener]] = {"record": [], "event": []}
@@ -52,6 +55,8 @@ class Fanout:
             for delta in deltas:
                 if delta.finished:
                     self._streams.pop(delta.request_id, None)
+        if self.on_deltas is not None:
+            self.on_deltas(deltas)
         self.board.update({d.request_id: "finished" for d in deltas if d.finished})
         if self._listeners["event"]:  # before the streams: a reader who saw the end finds it here
             now = time.time()

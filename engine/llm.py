@@ -53,10 +53,8 @@ class LLM:
                 out = outputs.get(delta.request_id)
                 if out is None:
                     continue
-                out.token_ids.extend(delta.token_ids)
-                out.text += delta.text
+                out.add(delta)
                 if delta.finished:
-                    out.finish_reason, out.error = delta.finish_reason, delta.error
                     out.finish_time = time.time()
             if on_iteration is not None:
                 on_iteration(result.record)
@@ -73,4 +71,5 @@ def _output(request: Request) -> RequestOutput:
         request_id=request.request_id,
         prompt_token_ids=list(request.prompt_token_ids),
         arrival_time=request.arrival_time,
+        logprobs=[] if request.sampling_params.logprobs is not None else None,
     )

@@ -16,6 +16,7 @@ from .packing import PackedStep, pack
 from .prompts import Prepared, Preparer, Prompt
 from .records import request_states, sampled, segments
 from .request import Request
+from .sampler import SampledStep
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
 from .telemetry import PHASES, IterationRecord
@@ -135,17 +136,17 @@ class LLMEngine:
             sched = self.scheduler.schedule()
         with timer.phase("prepare"):
             packed = pack(sched.scheduled)
-        tokens, error = self._execute(packed, timer)
+        samples, error = self._execute(packed, timer)
         with timer.phase("postprocess"):
-            deltas = self._postprocess(sched, tokens, error)
-        record = self._record(sched, packed, tokens, timer, t_start, error)
+            deltas = self._postprocess(sched, samples, error)
+        record = self._record(sched, packed, samples.tokens, timer, t_start, error)
         self.step_index += 1
         return StepResult(deltas, record)
 
-    def _execute(self, packed: PackedStep, timer: PhaseTimer) -> tuple[list[int | None], str | None]:
-        """The sampled token of each segment, or the error that failed the whole step."""
+    def _execute(self, packed: PackedStep, timer: PhaseTimer) -> tuple[SampledStep, str | None]:
+        """What each segment sampled, or the error that failed the whole step."""
         if not packed.num_segments:
-            return [], None
+            return SampledStep.empty(0), None
         try:
             if self._fault is not None:
                 fault, self._fault = self._fault, None
@@ -153,12 +154,12 @@ class LLMEngine:
             return self.runner.execute(packed, timer), None
         except Exception as exc:  # one bad step must not kill the engine
             log.exception("step %d failed", self.step_index)
-            return [None] * packed.num_segments, f"{type(exc).__name__}: {exc}"
+            return SampledStep.empty(packed.num_segments), f"{type(exc).__name__}: {exc}"
 
-    def _postprocess(self, sched: SchedulerOutput, tokens, error: str | None) -> list[RequestDelta]:
+    def _postprocess(self, sched: SchedulerOutput, samples: SampledStep, error: str | None) -> list[RequestDelta]:
         deltas = []
         now = time.time()
-        for item, token in zip(sched.scheduled, tokens, strict=True):
+        for item, token, logprobs in zip(sched.scheduled, samples.tokens, samples.logprobs, strict=True):
             request = item.request
             if error is not None:
                 request.error = error
@@ -177,7 +178,8 @@ class LLMEngine:
             if reason is not None:
                 text += request.detokenizer.finish()
                 self._finish(request, reason)
-            deltas.append(RequestDelta(request.request_id, [token], text, reason is not None, reason))
+            deltas.append(RequestDelta(request.request_id, [token], text, reason is not None, reason,
+                                       logprobs=None if logprobs is None else [logprobs]))
         return deltas
 
     def _stop_reason(self, request: Request, token: int) -> str | None:

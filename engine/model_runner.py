@@ -28,7 +28,7 @@ from .config import EngineConfig
 from .cuda_graphs import Capture, DecodeGraphs, GraphKey, cuda_capture_factory, graph_batch_sizes
 from .loader import LoadedModel
 from .packing import PackedStep
-from .sampler import Sampler
+from .sampler import SampledStep, Sampler, token_logprobs
 from .timing import PhaseTimer
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,8 @@ class ModelRunner:
         return torch.tensor(packed.token_ids, device=device), positions, layout
 
     @torch.inference_mode()
-    def execute(self, packed: PackedStep, timer: PhaseTimer) -> list[int | None]:
-        """Run the step; return the sampled token of each segment (None: prefill chunk)."""
+    def execute(self, packed: PackedStep, timer: PhaseTimer) -> SampledStep:
+        """Run the step; return what each segment sampled (token None: prefill chunk)."""
         with timer.phase("prepare", device_work=True):
             input_ids, positions, layout = self.tensors(packed)
             graph = self._graph_for(packed, layout)
@@ -136,14 +136,15 @@ class ModelRunner:
                 hidden = self._hidden_states(input_ids, positions, plan)[logits_rows]
             logits = self.model.compute_logits(hidden)
         with timer.phase("sample", device_work=True):
-            sampled = self._sample(logits, packed)
-        tokens: list[int | None] = [None] * packed.num_segments
-        for i, token in zip(packed.sample_at, sampled, strict=True):
-            tokens[i] = token
-        return tokens
+            tokens, logprobs = self._sample(logits, packed)
+        step = SampledStep.empty(packed.num_segments)
+        for i, token, token_lp in zip(packed.sample_at, tokens, logprobs, strict=True):
+            step.tokens[i], step.logprobs[i] = token, token_lp
+        return step
 
-    def _sample(self, logits: torch.Tensor, packed: PackedStep) -> list[int]:
+    def _sample(self, logits: torch.Tensor, packed: PackedStep) -> tuple[list[int], list]:
         if not packed.sample_at:
-            return []
+            return [], []
         params, generators = zip(*packed.sampling, strict=True)
-        return self.sampler(logits, list(params), list(generators))
+        tokens = self.sampler(logits, list(params), list(generators))
+        return tokens, token_logprobs(logits, tokens, list(params))

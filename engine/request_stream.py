@@ -20,6 +20,7 @@ class RequestStream:
         self.request_id = request.request_id
         self.prompt_token_ids = list(request.prompt_token_ids)
         self.arrival_time = request.arrival_time
+        self.asked_logprobs = request.sampling_params.logprobs is not None
         self._items: deque[RequestDelta] = deque()
         self._cond = threading.Condition()
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
@@ -73,9 +74,8 @@ class RequestStream:
         return self._merge([d async for d in self])
 
     def _merge(self, deltas: list[RequestDelta]) -> RequestOutput:
-        out = RequestOutput(self.request_id, self.prompt_token_ids, arrival_time=self.arrival_time)
+        out = RequestOutput(self.request_id, self.prompt_token_ids, arrival_time=self.arrival_time,
+                            logprobs=[] if self.asked_logprobs else None)
         for delta in deltas:
-            out.token_ids.extend(delta.token_ids)
-            out.text += delta.text
-            out.finish_reason, out.error = delta.finish_reason, delta.error
+            out.add(delta)
         return out

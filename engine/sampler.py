@@ -5,12 +5,35 @@ and min-p (on one sort shared by all rows, only when some row asks for a filter)
 with the exponential race (``argmax(p / E)``, E ~ Exp(1)), which equals sampling from ``p``.
 A seeded request draws its noise from its own generator, so its tokens do not depend on what
 else shares the batch.
+
+Log-probabilities (``SamplingParams.logprobs``) are those of the model itself: the log-softmax,
+in fp32, of the raw logits the sampler receives, before temperature, top-k, top-p and min-p
+(vLLM's default, "raw_logprobs"). So they do not depend on how a request samples, a greedy
+request gets the model's true distribution, and the sampled token always has a finite
+log-probability even where a filter had cut it. Each row is computed on its own, so a request's
+log-probabilities never depend on the other rows of the step.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from .outputs import TokenLogprobs
 from .sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class SampledStep:
+    """What one step sampled, per segment: its token (None: a prefill chunk, nothing sampled)
+    and its log-probabilities (None unless the request asked)."""
+
+    tokens: list[int | None]
+    logprobs: list[TokenLogprobs | None]
+
+    @classmethod
+    def empty(cls, num_segments: int) -> SampledStep:
+        return cls([None] * num_segments, [None] * num_segments)
 
 
 class Sampler:
@@ -76,3 +99,19 @@ class Sampler:
         remove |= probs < min_p[:, None] * probs[:, :1]
         remove[:, 0] = False  # the most likely token always stays
         return sorted_logits.masked_fill(remove, float("-inf"))
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[SamplingParams]) -> list[TokenLogprobs | None]:
+    """Each row's top ``logprobs`` and its sampled token's, from its raw ``logits`` row (fp32)."""
+    return [None if p.logprobs is None else _row_logprobs(logits[row], token, p.logprobs)
+            for row, (token, p) in enumerate(zip(tokens, params, strict=True))]
+
+
+def _row_logprobs(logits: torch.Tensor, token: int, k: int) -> TokenLogprobs:
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    ids = logprobs.topk(k).indices.tolist() if k else []
+    if token not in ids:
+        ids.append(token)
+    index = torch.tensor(ids, device=logits.device)
+    return TokenLogprobs(dict(zip(ids, logprobs[index].tolist(), strict=True)),
+                         dict(zip(ids, logits[index].float().tolist(), strict=True)))

@@ -15,6 +15,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from engine import AsyncLLM, RequestDelta, RequestStream
+from engine.outputs import TokenLogprobs
 
 from .limits import Ticket
 
@@ -24,7 +25,8 @@ class Outcome:
     """A finished request, merged from its deltas."""
 
     text_parts: list[str] = field(default_factory=list)
-    num_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # when the request asked
     finish_reason: str | None = None
     error: str | None = None
 
@@ -58,7 +60,8 @@ class ApiCall:
         try:
             async for delta in self.deltas():
                 outcome.text_parts.append(delta.text)
-                outcome.num_tokens += len(delta.token_ids)
+                outcome.token_ids.extend(delta.token_ids)
+                outcome.logprobs.extend(delta.logprobs or [])
                 outcome.finish_reason, outcome.error = delta.finish_reason, delta.error
         finally:
             watcher.cancel()

@@ -20,6 +20,7 @@ from .body import read_body
 from .calls import ApiCall, EventStreamResponse
 from .errors import ApiError, bad_request, engine_failure, handle_api_error
 from .limits import Admission, ApiLimits
+from .logprobs import LogprobsWriter, TokenTexts
 from .metrics import EngineMetrics
 from .protocol import ChatCompletionBody, CompletionBody, GenerationBody
 from .responses import CHAT, COMPLETIONS, Endpoint, Reply, sse, usage
@@ -61,6 +62,7 @@ class OpenAIApi:
         self.admission = Admission(limits)
         self.metrics = EngineMetrics(llm)
         self.created = int(time.time())
+        self._token_texts: TokenTexts | None = None  # once the tokenizer is loaded
 
     def router(self) -> APIRouter:
         router = APIRouter()
@@ -118,17 +120,27 @@ class OpenAIApi:
             raise
         call = ApiCall(self.llm, stream, ticket)
         reply = Reply(endpoint, request_id, info.name, body.include_usage)
+        writer = self._logprobs_writer(endpoint, prepared.params)
         num_prompt_tokens = len(prepared.token_ids)
         if body.stream:
-            return EventStreamResponse(_events(call, reply, num_prompt_tokens), on_close=call.close)
+            return EventStreamResponse(_events(call, reply, num_prompt_tokens, writer), on_close=call.close)
         try:
             outcome = await call.outcome(request)
         finally:
             call.close()
         if outcome.finish_reason == "error":
             raise engine_failure(outcome.error)
+        logprobs = writer.part(outcome.token_ids, outcome.logprobs) if writer else None
         return JSONResponse(reply.full(outcome.text, outcome.finish_reason,
-                                       usage(num_prompt_tokens, outcome.num_tokens)))
+                                       usage(num_prompt_tokens, len(outcome.token_ids)), logprobs))
+
+    def _logprobs_writer(self, endpoint: Endpoint, params: SamplingParams) -> LogprobsWriter | None:
+        """Writes this response's ``logprobs`` fields, when it asked for them."""
+        if params.logprobs is None:
+            return None
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self.llm.tokenizer)
+        return LogprobsWriter(endpoint.chat, params.logprobs, self._token_texts)
 
     def _sampling_params(self, body: GenerationBody, default_max_tokens: int) -> SamplingParams:
         if body.n != 1:
@@ -142,7 +154,7 @@ class OpenAIApi:
         try:
             return SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                   top_k=body.top_k, min_p=body.min_p, seed=body.seed,
-                                  stop=body.stop or [])
+                                  stop=body.stop or [], logprobs=body.requested_logprobs)
         except ValueError as exc:
             raise bad_request(str(exc), param=_leading_word(str(exc))) from None
 
@@ -183,7 +195,8 @@ class OpenAIApi:
                            param="model", code="model_not_found")
 
 
-async def _events(call: ApiCall, reply: Reply, num_prompt_tokens: int) -> AsyncIterator[bytes]:
+async def _events(call: ApiCall, reply: Reply, num_prompt_tokens: int,
+                  writer: LogprobsWriter | None) -> AsyncIterator[bytes]:
     opening = reply.opening_chunk()
     if opening is not None:
         yield sse(opening)
@@ -194,8 +207,9 @@ async def _events(call: ApiCall, reply: Reply, num_prompt_tokens: int) -> AsyncI
             yield sse(engine_failure(delta.error).body())
             yield sse("[DONE]")
             return
-        if delta.text or delta.finished:
-            yield sse(reply.chunk(delta.text, delta.finish_reason))
+        logprobs = writer.part(delta.token_ids, delta.logprobs) if writer else None
+        if delta.text or delta.finished or logprobs:
+            yield sse(reply.chunk(delta.text, delta.finish_reason, logprobs))
     if reply.include_usage:
         yield sse(reply.usage_chunk(usage(num_prompt_tokens, num_tokens)))
     yield sse("[DONE]")

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.sampling_params import MAX_LOGPROBS
+
 INT64 = 2**63
 Seed = Annotated[int, Field(ge=-INT64, lt=INT64)]
 
@@ -46,9 +48,19 @@ class GenerationBody(Body):
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
 
+    @property
+    def requested_logprobs(self) -> int | None:
+        return None
+
 
 class CompletionBody(GenerationBody):
     prompt: str | list[int]
+    logprobs: int | None = None  # the top k per token, and the sampled token's
+
+    @property
+    def requested_logprobs(self) -> int | None:
+        """k, or None when no log-probabilities are asked; ValueError names the field at fault."""
+        return _checked_top("logprobs", self.logprobs)
 
 
 class TextPart(Body):
@@ -69,7 +81,24 @@ class ChatMessage(Body):
 class ChatCompletionBody(GenerationBody):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: int | None = None
+    logprobs: bool | None = None  # the sampled token's logprob per token
+    top_logprobs: int | None = None  # and the top k (needs logprobs: true)
+
+    @property
+    def requested_logprobs(self) -> int | None:
+        """k, or None when no log-probabilities are asked; ValueError names the field at fault."""
+        if not self.logprobs:
+            if self.top_logprobs is not None:
+                raise ValueError("top_logprobs: needs logprobs set to true")
+            return None
+        return _checked_top("top_logprobs", 0 if self.top_logprobs is None else self.top_logprobs)
 
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def _checked_top(field: str, k: int | None) -> int | None:
+    if k is not None and not 0 <= k <= MAX_LOGPROBS:
+        raise ValueError(f"{field}: must be an integer in [0, {MAX_LOGPROBS}], got {k}")
+    return k

@@ -15,17 +15,17 @@ class Endpoint:
     chunk_object: str
     chat: bool
 
-    def choice(self, text: str, finish_reason: str | None) -> dict:
+    def choice(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
         if self.chat:
             return {"index": 0, "message": {"role": "assistant", "content": text},
-                    "logprobs": None, "finish_reason": finish_reason}
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+                    "logprobs": logprobs, "finish_reason": finish_reason}
+        return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
-    def chunk_choice(self, text: str, finish_reason: str | None) -> dict:
+    def chunk_choice(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
         if self.chat:
             delta = {"content": text} if text else {}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return self.choice(text, finish_reason)
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return self.choice(text, finish_reason, logprobs)
 
 
 COMPLETIONS = Endpoint("cmpl", "text_completion", "text_completion", chat=False)
@@ -47,9 +47,9 @@ class Reply:
     include_usage: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def full(self, text: str, finish_reason: str | None, usage_: dict) -> dict:
-        return {**self._head(self.endpoint.object), "choices": [self.endpoint.choice(text, finish_reason)],
-                "usage": usage_}
+    def full(self, text: str, finish_reason: str | None, usage_: dict, logprobs: dict | None = None) -> dict:
+        choice = self.endpoint.choice(text, finish_reason, logprobs)
+        return {**self._head(self.endpoint.object), "choices": [choice], "usage": usage_}
 
     def opening_chunk(self) -> dict | None:
         """Chat streams open with the assistant's role, as OpenAI's do."""
@@ -59,8 +59,8 @@ class Reply:
                   "finish_reason": None}
         return self._chunk([choice])
 
-    def chunk(self, text: str, finish_reason: str | None) -> dict:
-        return self._chunk([self.endpoint.chunk_choice(text, finish_reason)])
+    def chunk(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return self._chunk([self.endpoint.chunk_choice(text, finish_reason, logprobs)])
 
     def usage_chunk(self, usage_: dict) -> dict:
         return {**self._head(self.endpoint.chunk_object), "choices": [], "usage": usage_}

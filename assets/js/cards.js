@@ -2,6 +2,7 @@
 // of it, scrollable, expandable) and the generated text. Other visitors' requests show their
 // lengths only. Every user-provided or generated string is set with textContent.
 import { icon } from "./icons.js";
+import { addSolo, fillSolo, offersSoloCheck } from "./solo.js";
 
 export const MAX_CARDS = 40;
 const LONG_PROMPT_CHARS = 240, LONG_PROMPT_LINES = 3;
@@ -54,8 +55,11 @@ export function cardOrder(requests) {
 }
 
 // Bring the cards under ``root`` in line with the state: fill the dirty ones, add, drop, order.
+// Finished cards of Batchscope's own live engine offer the solo check (solo.js): a replay has no
+// engine, and an attached vLLM is not ours to re-run.
 export function renderCards(root, state, t, colorOf) {
   const order = cardOrder(state.requests);
+  const live = offersSoloCheck(state.status);
   const existing = new Map([...root.children].map((card) => [card.dataset.rid, card]));
   order.forEach((entry, i) => {
     let card = existing.get(entry.request_id);
@@ -63,6 +67,7 @@ export function renderCards(root, state, t, colorOf) {
     if (fresh) card = makeCard(entry.request_id);
     if (fresh || state.dirty.all || state.dirty.cards.has(entry.request_id)) {
       fillCard(card, cardView(entry, t), colorOf(entry.request_id), t);
+      fillSolo(card, entry, t, live);
     }
     if (root.children[i] !== card) root.insertBefore(card, root.children[i] || null);
   });
@@ -92,6 +97,7 @@ function makeCard(rid) {
     more.textContent = card.classList.contains("bs-open") ? more.dataset.less : more.dataset.more;
   });
   element("div", "bs-req-text", card);
+  addSolo(card);
   return card;
 }
 

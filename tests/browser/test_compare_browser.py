@@ -79,8 +79,8 @@ def compared(tiny_model_dir):
             set_value(driver, f"#bs-compare-budget-{side} input", BUDGET)
         set_value(driver, "#bs-compare-slow input[type=number]", SLOW_MS)
         driver.find_element(By.ID, "bs-compare-run").click()
-        wait_for(driver, lambda: (debug(driver)["compare"] or {}).get("open") or compare_state(live)["state"] == "failed",
-                 "the compare to run and open", 600)
+        wait_for(driver, lambda: (debug(driver)["compare"] or {}).get("open")
+                 or compare_state(live)["state"] == "failed", "the compare to run and open", 600)
         assert compare_state(live)["error"] is None, compare_state(live)
         result = json.loads(urllib.request.urlopen(live.url + "/compare/result", timeout=10).read())
         yield driver, result
