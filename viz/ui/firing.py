@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import secrets
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -73,15 +72,9 @@ def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
         prompt, label = _prompt(library, preset, spec, tokenizer, f"{rid}, shot {shot}")
         max_tokens = spec.max_tokens or max(knobs.max_tokens, spec.min_max_tokens or 0)
         params = SamplingParams(max_tokens=max_tokens, temperature=knobs.temperature,
-                                ignore_eos=preset.ignore_eos, **solo_checkable())
+                                ignore_eos=preset.ignore_eos)
         planned.append(PlannedRequest(rid, prompt, label, params, i * spacing, spec.after_decoding))
     return planned
-
-
-def solo_checkable() -> dict:
-    """What makes a dashboard request checkable against a solo run (engine/solo_check.py): the
-    sampled token's log-probability, and a seed of its own (random, so runs still vary)."""
-    return {"logprobs": 0, "seed": secrets.randbits(63)}
 
 
 class Firing:

@@ -20,12 +20,15 @@ records come in through the ingest). This module imports the engine for typing o
 """
 from __future__ import annotations
 
+import secrets
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from .strings import PageError
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
+    from engine.sampling_params import SamplingParams
 
     from .firing import PlannedRequest
 
@@ -62,12 +65,21 @@ class LocalSubmitter:
 
     def prepare(self, item: PlannedRequest, max_prompt_tokens: int | None) -> object:
         """Validated and tokenized as the API would (ValueError, with the API's message); chat
-        prompts through ``prepare_chat``, so typed text never becomes the template's tokens."""
+        prompts through ``prepare_chat``, so typed text never becomes the template's tokens.
+        Each request is made checkable against a solo run (engine/solo_check.py)."""
         prepare = self.llm.prepare_chat if item.chat else self.llm.prepare
-        return prepare(item.prompt, item.params, max_prompt_tokens=max_prompt_tokens)
+        return prepare(item.prompt, solo_checkable(item.params), max_prompt_tokens=max_prompt_tokens)
 
     def submit(self, item: PlannedRequest) -> None:
         self.llm.add_request(item.prepared, request_id=item.request_id)
 
     def wait_for(self, request_ids: list[str], states: set[str], timeout: float) -> bool:
         return self.llm.wait_for(request_ids, states, timeout)
+
+
+def solo_checkable(params: SamplingParams) -> SamplingParams:
+    """``params`` with what a solo check needs: the sampled token's log-probability, and a seed of
+    its own (random, so runs still vary). Only Batchscope's own engine offers the check; a remote
+    vLLM gets the visitor's settings alone."""
+    return replace(params, logprobs=0 if params.logprobs is None else params.logprobs,
+                   seed=secrets.randbits(63) if params.seed is None else params.seed)
