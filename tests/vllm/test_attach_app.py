@@ -192,7 +192,7 @@ def test_a_recording_of_an_engine_that_dropped_records_replays_with_the_gap(tmp_
     producer = source.open({"type": "hello", "protocol": 1, **HELLO})
     recorder = Recorder(source, TelemetryHub(), tmp_path)
     path = tmp_path / "run.jsonl"
-    recorder.record_run(path).join(10)
+    recorder.record_run(path)
     records = chunked_prefill()
     for record in (records[0], records[3]):  # steps 1 and 2 dropped on the way
         producer.receive(json.dumps({"type": "record", "data": record}))
@@ -202,3 +202,25 @@ def test_a_recording_of_an_engine_that_dropped_records_replays_with_the_gap(tmp_
     assert "2 steps" in trace.gaps[0]["error"]
     write_trace(tmp_path / "copy.jsonl", trace)  # re-encoded: the one gap line, not two
     assert load_trace(tmp_path / "copy.jsonl").gaps == trace.gaps
+
+
+def test_the_run_recording_holds_the_steps_right_after_the_engine_attaches(tmp_path):
+    """``--record`` is asked for before vLLM connects: the records that follow its hello at once
+    are in the file (failed before: the recording began on another thread once the source was
+    ready, and the first steps were gone: 'assert [] == [0, 1, 2, 3]')."""
+    from viz.live.hub import TelemetryHub
+    from viz.sources.ingest import IngestSource
+    from viz.traces.recording import Recorder
+    from viz.traces.trace import load_trace
+
+    source = IngestSource(TOKEN)
+    recorder = Recorder(source, TelemetryHub(), tmp_path)
+    path = tmp_path / "run.jsonl"
+    recorder.record_run(path)
+    producer = source.open({"type": "hello", "protocol": 1, **HELLO})
+    for record in chunked_prefill():
+        producer.receive(json.dumps({"type": "record", "data": record}))
+    recorder.close()
+    trace = load_trace(path)
+    assert [r["step"] for r in trace.records] == [r["step"] for r in chunked_prefill()]
+    assert trace.header["model"]["name"] == HELLO["info"]["trace_header"]["model"]["name"]

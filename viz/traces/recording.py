@@ -30,7 +30,7 @@ class Recorder:
     def __init__(self, llm, hub: TelemetryHub, directory: str | Path | None = None,
                  limits: TraceLimits = TAB_LIMITS):
         """``llm``: the record source (an AsyncLLM, or an IngestSource): its ``status()``,
-        ``info()``, ``subscribe``/``subscribe_events`` and ``wait_ready()``."""
+        ``info()``, ``subscribe`` and ``subscribe_events``."""
         self.llm = llm
         self.hub = hub
         self.limits = limits
@@ -40,19 +40,10 @@ class Recorder:
         self._files: dict[object, list[Path]] = {}  # every file each tab recorded
         self._lock = threading.Lock()
 
-    def record_run(self, path: str | Path) -> threading.Thread:
-        """Record everything from the moment the model is loaded; returns the thread that
-        waits for it (the model loads in the background)."""
-        def attach() -> None:
-            try:
-                self.llm.wait_ready()
-            except RuntimeError:
-                return  # the model failed to load: the page says so, nothing to record
-            self._begin(RUN, Path(path), "full", None, TraceLimits())
-
-        thread = threading.Thread(target=attach, name="batchscope-record", daemon=True)
-        thread.start()
-        return thread
+    def record_run(self, path: str | Path) -> None:
+        """Record everything from now on, with every request's text. The source may still be
+        loading (or waiting for vLLM to connect): the header is written with its first step."""
+        self._begin(RUN, Path(path), "full", None, TraceLimits())
 
     def start(self, tab: object, owner: str | None) -> Path:
         """Start (or restart) a tab's recording; raises RuntimeError while loading."""
@@ -103,7 +94,7 @@ class Recorder:
 
     def _begin(self, key: object, path: Path, text: str, readable,
                limits: TraceLimits) -> Path:
-        writer = TraceWriter(path, make_header(self.llm.info(), text), readable,
+        writer = TraceWriter(path, lambda: make_header(self.llm.info(), text), readable,
                              label_of=lambda rid: self.hub.claimed(rid)[1], limits=limits)
         writer.attach(self.llm)
         with self._lock:

@@ -156,21 +156,26 @@ class TraceWriter:
     gives an arrival's dashboard label. The writer thread ends the file (the end line) when
     ``close()`` is called or when ``limits`` are reached (``capped``; it then detaches itself
     and ignores what comes after).
+
+    ``header`` may be a callable, asked on the writer thread just before the first entry (or the
+    end line) is written: a recording attached to a source that is not ready yet (an engine
+    still loading, or a vLLM that has not connected) misses none of its first steps, and its
+    header describes the engine those steps came from.
     """
 
-    def __init__(self, path: str | os.PathLike, header: dict,
+    def __init__(self, path: str | os.PathLike, header: dict | Callable[[], dict],
                  readable: Callable[[str], bool] | None = None,
                  label_of: Callable[[str], str | None] | None = None,
                  limits: TraceLimits = TraceLimits()):
-        text = header.get("text")
-        if text == "own" and readable is None:
+        if not callable(header) and header.get("text") == "own" and readable is None:
             raise ValueError("TraceWriter: a trace of text 'own' needs readable(request_id)")
         self.path = Path(path)
-        self.header = header
+        self.header: dict | None = None  # as written (a callable header: once it is asked)
+        self._header = header
         self.limits = limits
         self.num_records = self.num_events = self.num_gaps = self.num_bytes = 0
         self.capped = False
-        self._readable = readable or (lambda _rid: text == "full")
+        self._readable = readable or (lambda _rid: self.header["text"] == "full")
         self._label_of = label_of
         self._queue: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         self._unsubscribe: list[Callable[[], None]] = []
@@ -178,7 +183,8 @@ class TraceWriter:
         self._last_step: int | None = None  # of the last record written (writer thread)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _open_write(self.path)
-        self._write_line(header)
+        if not callable(header):
+            self._write_header()
         self._thread = threading.Thread(target=self._drain, name="batchscope-trace", daemon=True)
         self._thread.start()
 
@@ -222,14 +228,21 @@ class TraceWriter:
 
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
+            self._write_header()
             self._write_entry(*item)
             if self.limits.reached(self.num_records, self.num_bytes):
                 self.capped = True
                 self._detach()
                 break
+        self._write_header()
         self._write_line({"type": "end", "records": self.num_records, "events": self.num_events,
                           "gaps": self.num_gaps})
         self._file.close()
+
+    def _write_header(self) -> None:
+        if self.header is None:
+            self.header = self._header() if callable(self._header) else self._header
+            self._write_line(self.header)
 
     def _write_entry(self, kind: str, obj) -> None:
         if kind == "gap":
