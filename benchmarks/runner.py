@@ -108,16 +108,22 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
     again = gemm_peak(model_shapes(ctx.model), setting.token_budget, ctx.torch_dtype, torch.device(ctx.device))
     if again["peak_flops_per_s"] > roof["gemm"]["peak_flops_per_s"]:
         roof["gemm"] = again
+    _score(results, setting, ctx, threads)
+    results["warmup_seed"] = WARMUP_SEED
+    results["elapsed_s"] = round(time.time() - started, 1)
+    return results
+
+
+def _score(results: dict, setting: Setting, ctx: PeerContext, threads: int) -> None:
+    """Each Batchscope peer's steps against the ceilings of its own dtype; the peers' agreement."""
+    roof = results["roofline"]
     for w in results["workloads"].values():
         for name, entry in w["peers"].items():
-            if entry["steps"]:  # Batchscope's steps, against the ceilings of their own dtype
+            if entry["steps"]:
                 dtype = getattr(torch, results["peer_info"][name]["precision"])
                 entry.update(_efficiency(entry["steps"], _gemm_for(roof, dtype, setting, ctx), roof, setting,
                                          dtype.itemsize, threads))
         w["agreement"] = agreement(w["peers"])
-    results["warmup_seed"] = WARMUP_SEED
-    results["elapsed_s"] = round(time.time() - started, 1)
-    return results
 
 
 def _gemm_for(roof: dict, dtype: torch.dtype, setting: Setting, ctx: PeerContext) -> dict:
