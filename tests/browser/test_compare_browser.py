@@ -74,7 +74,9 @@ def compared(tiny_model_dir):
     with live_dashboard(tiny_model_dir) as live, chromium(*SIZES[0]) as driver:
         open_page(driver, live)
         driver.find_element(By.CSS_SELECTOR, "#bs-compare-controls .label-wrap").click()
-        wait_for(driver, lambda: driver.find_element(By.ID, "bs-compare-run").is_displayed(), "the Compare controls")
+        # an accordion's children are rendered when it first opens: wait for the button to exist
+        wait_for(driver, lambda: any(b.is_displayed() for b in driver.find_elements(By.ID, "bs-compare-run")),
+                 "the Compare controls")
         for side in "ab":
             set_value(driver, f"#bs-compare-budget-{side} input", BUDGET)
         set_value(driver, "#bs-compare-slow input[type=number]", SLOW_MS)
