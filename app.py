@@ -149,8 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
                         default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
     engine.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    engine.add_argument("--attention-backend", choices=("auto", "torch", "flash_attn"),
-                        default="auto", help="auto: flash-attn on CUDA when installed")
+    engine.add_argument("--attention-backend", choices=("auto", "cpu", "torch", "flash_attn"), default="auto",
+                        help="auto: the CPU kernels on CPU (torch's ops without a C compiler), flash-attn on "
+                             "CUDA when installed, else torch")
     engine.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                         help="replay decode-only steps from CUDA graphs (default: on with CUDA)")
     engine.add_argument("--seed", type=int, default=0, help="seed of the engine's sampling")

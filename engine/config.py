@@ -56,13 +56,15 @@ class EngineConfig:
         _one_of("policy", self.policy, POLICIES)
         _one_of("dtype", self.dtype, ("auto", *DTYPES))
         _one_of("device", self.device, ("auto", "cpu", "cuda"))
-        _one_of("attention_backend", self.attention_backend, ("auto", "torch", "flash_attn"))
+        _one_of("attention_backend", self.attention_backend, ("auto", "torch", "cpu", "flash_attn"))
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device")
         if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"cuda_graphs must be True, False or None, got {self.cuda_graphs!r}")
         if self.attention_backend == "flash_attn" and not flash_attn_available():
             raise ValueError("attention_backend='flash_attn' needs CUDA and the flash_attn package")
+        if self.attention_backend == "cpu" and self.device == "cuda":
+            raise ValueError("attention_backend='cpu' runs on the CPU only, got device='cuda'")
 
     def resolve_device(self) -> None:
         """Fill ``device``, ``dtype`` and ``attention_backend`` when they are ``auto``."""
@@ -72,7 +74,9 @@ class EngineConfig:
             self.dtype = "bfloat16" if self.device == "cuda" else "float32"
         if self.attention_backend == "auto":
             use_fa = self.device == "cuda" and flash_attn_available()
-            self.attention_backend = "flash_attn" if use_fa else "torch"
+            self.attention_backend = "flash_attn" if use_fa else "torch" if self.device == "cuda" else "cpu"
+        elif self.attention_backend == "cpu" and self.device != "cpu":
+            raise ValueError(f"attention_backend='cpu' runs on the CPU only, got device={self.device!r}")
         if self.cuda_graphs is None:
             self.cuda_graphs = self.device == "cuda"
         elif self.cuda_graphs and self.device != "cuda":

@@ -55,8 +55,8 @@ class ModelRunner:
         self.config = config
         self.device = torch.device(config.device)
         self.block_size = config.block_size
-        self.backend = make_backend(config.attention_backend, config.block_size)
         attn = self.model.layers[0].self_attn
+        self.backend = self._backend(attn)
         self.pad_block = config.num_kv_blocks  # never handed out by the BlockManager
         shape = (
             len(self.model.layers),
@@ -75,6 +75,20 @@ class ModelRunner:
             except RuntimeError as exc:  # e.g. a kernel that synchronises inside the capture
                 log.warning("CUDA graph capture failed, decode steps run eagerly: %s", exc)
                 self.decode_graphs, config.cuda_graphs = None, False
+
+    def _backend(self, attn):
+        """The configured attention backend; the CPU kernel falls back to torch's where it cannot
+        run this model (the config then says ``torch``)."""
+        config = self.config
+        backend = make_backend(config.attention_backend, config.block_size)
+        why = backend.unsupported(attn.num_heads, attn.num_kv_heads, attn.head_dim, config.torch_dtype)
+        if why is not None:
+            log.warning("attention backend %r cannot run here (%s): using 'torch'", backend.name, why)
+            config.attention_backend = "torch"
+            backend = make_backend("torch", config.block_size)
+        if backend.name == "cpu":
+            self.model.use_cpu_kernels()
+        return backend
 
     @torch.inference_mode()
     def capture_decode_graphs(self, capture: Capture) -> None:

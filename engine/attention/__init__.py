@@ -6,6 +6,10 @@ from .base import AttentionBackend, StepLayout
 
 
 def make_backend(name: str, block_size: int) -> AttentionBackend:
+    if name == "cpu":
+        from .cpu_backend import CpuKernelBackend
+
+        return CpuKernelBackend(block_size)
     if name == "flash_attn":
         from .flash_backend import FlashAttentionBackend
 

@@ -37,6 +37,10 @@ class AttentionBackend:
     def __init__(self, block_size: int):
         self.block_size = block_size
 
+    def unsupported(self, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
+        """Why this backend cannot run a model of these shapes here, or None."""
+        return None
+
     def plan(self, layout: StepLayout, device: torch.device) -> object:
         raise NotImplementedError
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import cpu_kernels
 from .prepacked import PrepackedLinear, prepack_linears, prepack_supported
 
 LOGITS_SLICE = 4096  # vocabulary rows per LM-head GEMM on CPU
@@ -29,10 +30,20 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        self.fused_weight: torch.Tensor | None = None  # set: the CPU kernel, on fp32 [rows, size]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_weight is not None:
+            return cpu_kernels.add_rms_norm(x, None, self.fused_weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         return self.weight * normed
+
+    def add_norm(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(x + delta), x + delta)``; fused, the sum is written into ``x``."""
+        if self.fused_weight is not None:
+            return cpu_kernels.add_rms_norm(x, delta, self.fused_weight, self.eps), x
+        x = x + delta
+        return self(x), x
 
 
 def signed_sin(sin: torch.Tensor) -> torch.Tensor:
@@ -90,9 +101,13 @@ class MLP(nn.Module):
         self.intermediate = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=bias)
         self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=bias)
+        self.fused = False  # the CPU kernel (cpu_kernels.silu_mul)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if self.fused:
+            return self.down_proj(cpu_kernels.silu_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -105,8 +120,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, step) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        h, x = self.post_attention_layernorm.add_norm(x, self.self_attn(self.input_layernorm(x), cos, sin, step))
+        return x + self.mlp(h)
 
 
 class PackedLlama(nn.Module):
@@ -169,6 +184,25 @@ class PackedLlama(nn.Module):
             # bf16 weights, fp32 activations: torch's CPU element-wise kernels (norms, rotary,
             # SiLU, residuals) run 2-4x slower on bf16 than on fp32, more than the bf16 GEMMs save.
             self.activation_dtype = torch.float32
+        return True
+
+    def use_cpu_kernels(self) -> bool:
+        """Norms and SiLU through the fused CPU kernels (``cpu_kernels.py``) where they apply:
+        CPU, fp32 activations, sizes in whole 16-float vectors, and the kernels built here."""
+        weight = self.embed_tokens.weight
+        dtype = self.activation_dtype or weight.dtype
+        sizes = (self.config.hidden_size, self.config.intermediate_size)
+        if weight.device.type != "cpu" or dtype != torch.float32 or any(n % 16 for n in sizes):
+            return False
+        if cpu_kernels.load() is None:
+            return False
+        norms = [self.norm]
+        for layer in self.layers:
+            norms += [layer.input_layernorm, layer.post_attention_layernorm]
+        for norm in norms:  # (Qwen3's per-head q/k norms stay torch's: they take 3-D views)
+            norm.fused_weight = norm.weight.detach().float().contiguous()
+        for layer in self.layers:
+            layer.mlp.fused = True
         return True
 
     @torch.no_grad()

@@ -1,0 +1,108 @@
+"""Batchscope's CPU kernels (``csrc/``): built once with the machine's C compiler, called through
+ctypes on tensors' memory.
+
+Why C: on CPU the torch backend copies every attended block out of the paged cache
+(``index_select``) before SDPA, once per layer, so each step moves its KV three times; for
+decodes that copy and torch's flash kernel at one query per row cost more than the step's GEMMs
+at 24 rows, and a decoder layer's norms, rotary, SiLU and residual adds are ~25 small torch ops,
+whose dispatch is most of their cost at decode sizes. ``paged_attention.c`` reads keys and values
+in place through the block table (as vLLM's CPU attention does); ``elementwise.c`` fuses RMSNorm
+with its residual add, and SiLU with its product. The GEMMs stay oneDNN's (models/prepacked.py).
+
+The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
+-fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
+compiler and the CPU, and links the OpenMP runtime torch already loaded, so both share one
+thread pool. Without a compiler (or on a build error) ``load()`` returns None and the engine
+keeps torch's ops, saying why once.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+SOURCES = Path(__file__).with_name("csrc")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+SIGNATURES = {
+    "bs_paged_attention": [
+        P, I64, P, P, P, INT,  # q, its row stride, out, k cache, v cache, bf16 cache
+        P, P, P, P, I64,  # row_start, row_count, num_cached, tables, table stride
+        INT, INT, INT, INT, INT,  # segments, heads, kv heads, head dim, block size
+        F32, INT, INT,  # scale, max keys, threads
+    ],
+    "bs_add_rms_norm": [P, P, P, P, I64, I64, F32, INT],  # x, delta, weight, out, rows, hidden, eps, threads
+    "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
+}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("BATCHSCOPE_CACHE") or Path.home() / ".cache" / "batchscope"
+    return Path(root) / "kernels"
+
+
+def _cpu_flags() -> bytes:
+    try:
+        return next(line for line in Path("/proc/cpuinfo").read_bytes().splitlines() if line.startswith(b"flags"))
+    except (OSError, StopIteration):
+        return b""
+
+
+@functools.cache
+def load() -> ctypes.CDLL | None:
+    """The built library, or None where it cannot be built here."""
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        log.warning("no C compiler: the CPU kernels are off, torch's ops are used instead")
+        return None
+    files = sorted(SOURCES.glob("*.[ch]"))
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files) + " ".join((compiler, *FLAGS)).encode()
+                            + _cpu_flags())
+    target = cache_dir() / f"batchscope-cpu-{digest.hexdigest()[:16]}.so"
+    try:
+        if not target.exists():
+            _build(compiler, [f for f in files if f.suffix == ".c"], target)
+        library = ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        log.warning("the CPU kernels did not build (%s): torch's ops are used instead", detail)
+        return None
+    for name, argtypes in SIGNATURES.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, ctypes.c_int if name == "bs_paged_attention" else None
+    return library
+
+
+def _build(compiler: str, sources: list[Path], target: Path) -> None:
+    """Compile into a temporary file, then move it in place (concurrent builders are safe)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        subprocess.run([compiler, *FLAGS, *map(str, sources), "-o", str(built)], check=True,
+                       capture_output=True, text=True, timeout=120)
+        os.replace(built, target)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x += delta`` in place (unless None), then RMSNorm of ``x`` with ``weight`` (a new tensor)."""
+    out = torch.empty_like(x)
+    load().bs_add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(),
+                           out.data_ptr(), x.shape[0], x.shape[1], eps, torch.get_num_threads())
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of a fused ``[rows, 2 * intermediate]`` projection."""
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inter, dtype=gate_up.dtype)
+    load().bs_silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, inter, torch.get_num_threads())
+    return out

@@ -1,0 +1,181 @@
+/* Paged attention on the CPU: every query row of the packed step against its own request's keys,
+ * read in place from the paged KV cache through the block table (no gathered copy).
+ *
+ * Layouts: q [rows, heads, dim] fp32 with rows q_stride floats apart (a view of the fused q/k
+ * projection), out [rows, heads, dim] fp32 contiguous; k_cache and v_cache
+ * [blocks, block_size, kv_heads, dim] fp32 or bf16; segment s owns the row_count[s] rows from
+ * row_start[s] (other rows of q and out are not touched), whose queries sit at positions
+ * num_cached[s] .., and row r at position p attends to keys 0..p (causal, bottom-right aligned) in the blocks
+ * tables[s * table_stride + j / block_size] (block_size a power of two).
+ *
+ * One work item = up to ROWS_PER_ITEM rows of one segment. A row walks its keys once, every head of
+ * a key together (one contiguous read of the key's kv heads, as the cache stores them).
+ * Per row: scores for every key, their max, exp and sum, then the weighted sum of the values, all
+ * in fp32 with a fixed order that depends only on the row's own keys (a row's result does not
+ * depend on the other rows of the step). Vector helpers: vec.h.
+ */
+#include <stdlib.h>
+
+#include "vec.h"
+
+#define ROWS_PER_ITEM 8
+#define MAX_HEADS 128
+#define MAX_DIM 256
+
+typedef struct {
+    const float *q;
+    int64_t q_stride;
+    float *out;
+    const void *k_cache, *v_cache;
+    int heads, kv_heads, dim, block_size;
+    float scale;
+} Args;
+
+/* A thread's scratch: the row's scaled queries and accumulators (heads x dim), and each head's
+ * scores (then weights) for every key, heads x stride. */
+typedef struct {
+    vf *q, *acc;
+    float *scores;
+    int64_t stride;
+} Scratch;
+
+/* Where key j's vectors (all kv heads) start in the cache, in elements. */
+static inline int64_t key_offset(const Args *a, const int32_t *table, int64_t j) {
+    const int bs = a->block_size;
+    int64_t slot = (int64_t)table[j >> __builtin_ctz(bs)] * bs + (j & (bs - 1));
+    return slot * a->kv_heads * a->dim;
+}
+
+static inline __attribute__((always_inline)) vf chunk(const void *cache, int bf16, int64_t at) {
+    return bf16 ? load_bf16((const uint16_t *)cache + at) : load((const float *)cache + at);
+}
+
+/* The dot product (lanes not yet added) of a scaled query with the key vector at `at`. */
+static inline __attribute__((always_inline)) vf dot(const vf *q, const void *k_cache, int bf16, int64_t at, int chunks) {
+    vf d = q[0] * chunk(k_cache, bf16, at);
+    for (int c = 1; c < chunks; c++) d += q[c] * chunk(k_cache, bf16, at + (int64_t)c * LANES);
+    return d;
+}
+
+/* Pass 1: every head's score for every key (sc->scores[head * stride + j]) and each head's max.
+ * The keys are walked once, all kv heads of a key together (one contiguous read per key). */
+static inline __attribute__((always_inline)) void score_keys(const Args *a, const int32_t *table, int64_t nkeys,
+                                                             int bf16, const Scratch *sc, float *max) {
+    const int group = a->heads / a->kv_heads, chunks = a->dim / LANES;
+    int64_t off[LANES];
+    for (int hq = 0; hq < a->heads; hq++) max[hq] = -3.4e38f;
+    int64_t j = 0;
+    for (; j + LANES <= nkeys; j += LANES) {  /* 16 keys at a time, their dot products reduced together */
+        for (int k = 0; k < LANES; k++) off[k] = key_offset(a, table, j + k);
+        for (int hq = 0; hq < a->heads; hq++) {
+            int64_t head = (int64_t)(hq / group) * a->dim;
+            vf dots[LANES];
+            for (int k = 0; k < LANES; k++) dots[k] = dot(sc->q + hq * chunks, a->k_cache, bf16, off[k] + head, chunks);
+            vf s = reduce16(dots);
+            store(sc->scores + hq * sc->stride + j, s);
+            for (int i = 0; i < LANES; i++) max[hq] = s[i] > max[hq] ? s[i] : max[hq];
+        }
+    }
+    for (; j < nkeys; j++) {
+        int64_t at = key_offset(a, table, j);
+        for (int hq = 0; hq < a->heads; hq++) {
+            float s = hsum(dot(sc->q + hq * chunks, a->k_cache, bf16, at + (int64_t)(hq / group) * a->dim, chunks));
+            sc->scores[hq * sc->stride + j] = s;
+            max[hq] = s > max[hq] ? s : max[hq];
+        }
+    }
+}
+
+/* Pass 3: acc[head] = sum over keys of weight * value, 16 keys at a time into a register. */
+static inline __attribute__((always_inline)) void weigh_values(const Args *a, const int32_t *table, int64_t nkeys,
+                                                               int bf16, const Scratch *sc) {
+    const int group = a->heads / a->kv_heads, chunks = a->dim / LANES;
+    int64_t off[LANES];
+    for (int64_t j = 0; j < nkeys; j += LANES) {
+        int n = nkeys - j < LANES ? (int)(nkeys - j) : LANES;
+        for (int k = 0; k < n; k++) off[k] = key_offset(a, table, j + k);
+        for (int hq = 0; hq < a->heads; hq++) {
+            const float *w = sc->scores + hq * sc->stride + j;
+            int64_t head = (int64_t)(hq / group) * a->dim;
+            for (int c = 0; c < chunks; c++) {
+                vf sum = sc->acc[hq * chunks + c];
+                for (int k = 0; k < n; k++) sum += w[k] * chunk(a->v_cache, bf16, off[k] + head + (int64_t)c * LANES);
+                sc->acc[hq * chunks + c] = sum;
+            }
+        }
+    }
+}
+
+/* One query row at position `pos`, every head, keys through `table`. */
+static inline __attribute__((always_inline)) void attend(const Args *a, const int32_t *table, int64_t row,
+                                                         int64_t pos, Scratch *sc, int bf16) {
+    const int chunks = a->dim / LANES;
+    const int64_t nkeys = pos + 1;
+    float max[MAX_HEADS], inv[MAX_HEADS];
+    for (int hq = 0; hq < a->heads; hq++) {
+        const float *qp = a->q + row * a->q_stride + (int64_t)hq * a->dim;
+        for (int c = 0; c < chunks; c++) sc->q[hq * chunks + c] = load(qp + c * LANES) * a->scale;
+        for (int c = 0; c < chunks; c++) sc->acc[hq * chunks + c] = (vf){0};
+    }
+    score_keys(a, table, nkeys, bf16, sc, max);
+    for (int hq = 0; hq < a->heads; hq++) {  /* pass 2: weights exp(score - max) in place, their sum */
+        float *s = sc->scores + hq * sc->stride;
+        for (int64_t j = nkeys; j < nkeys + LANES; j++) s[j] = -3.4e38f;  /* the last chunk's tail */
+        vf total = {0};
+        for (int64_t j = 0; j < nkeys; j += LANES) {
+            vf w = vexp(load(s + j) - max[hq]);
+            store(s + j, w);
+            total += w;
+        }
+        inv[hq] = 1.0f / hsum(total);
+    }
+    weigh_values(a, table, nkeys, bf16, sc);
+    for (int hq = 0; hq < a->heads; hq++)
+        for (int c = 0; c < chunks; c++)
+            store(a->out + (row * a->heads + hq) * a->dim + c * LANES, sc->acc[hq * chunks + c] * inv[hq]);
+}
+
+static void attend_f32(const Args *a, const int32_t *table, int64_t row, int64_t pos, Scratch *sc) {
+    attend(a, table, row, pos, sc, 0);
+}
+
+static void attend_bf16(const Args *a, const int32_t *table, int64_t row, int64_t pos, Scratch *sc) {
+    attend(a, table, row, pos, sc, 1);
+}
+
+/* 0 on success; -1 for shapes this kernel does not take (the caller falls back); -2 out of memory. */
+int bs_paged_attention(const float *q, int64_t q_stride, float *out, const void *k_cache, const void *v_cache, int bf16,
+                       const int32_t *row_start, const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
+                       int64_t table_stride, int num_segments, int heads, int kv_heads, int dim,
+                       int block_size, float scale, int max_keys, int num_threads) {
+    if (dim % LANES || dim > MAX_DIM || heads % kv_heads || heads > MAX_HEADS) return -1;
+    if (block_size < 1 || block_size & (block_size - 1)) return -1;  /* a power of two */
+    Args a = {q, q_stride, out, k_cache, v_cache, heads, kv_heads, dim, block_size, scale};
+    void (*attend_row)(const Args *, const int32_t *, int64_t, int64_t, Scratch *) = bf16 ? attend_bf16 : attend_f32;
+    int64_t num_items = 0;
+    for (int s = 0; s < num_segments; s++) num_items += (row_count[s] + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
+    int64_t *items = malloc(sizeof(int64_t) * 2 * (num_items + 1));
+    if (!items) return -2;
+    int64_t n = 0;
+    for (int s = 0; s < num_segments; s++)
+        for (int r = row_start[s]; r < row_start[s] + row_count[s]; r += ROWS_PER_ITEM) items[2 * n] = s, items[2 * n + 1] = r, n++;
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads)
+    {
+        const int64_t vectors = (int64_t)heads * (dim / LANES), stride = max_keys + LANES;
+        Scratch sc = {aligned_alloc(64, sizeof(vf) * vectors), aligned_alloc(64, sizeof(vf) * vectors),
+                      malloc(sizeof(float) * heads * stride), stride};
+        if (!sc.q || !sc.acc || !sc.scores) failed = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < n; i++) {
+            if (failed) continue;
+            int s = (int)items[2 * i];
+            int64_t first = items[2 * i + 1], end = row_start[s] + row_count[s];
+            for (int64_t row = first; row < end && row < first + ROWS_PER_ITEM; row++)
+                attend_row(&a, tables + s * table_stride, row, num_cached[s] + row - row_start[s], &sc);
+        }
+        free(sc.q), free(sc.acc), free(sc.scores);
+    }
+    free(items);
+    return failed ? -2 : 0;
+}

@@ -1,0 +1,86 @@
+/* Vector helpers shared by the CPU kernels: GCC vector extensions (AVX-512 under -march=native on
+ * this project's CPUs, narrower where the CPU has less), a fixed-order horizontal sum, and exp as
+ * a polynomial (Cephes' expf, within 2 ulp) so loops over it vectorise without -ffast-math. */
+#ifndef BATCHSCOPE_VEC_H
+#define BATCHSCOPE_VEC_H
+#include <stdint.h>
+#include <string.h>
+
+#define LANES 16
+
+typedef float vf __attribute__((vector_size(LANES * 4)));
+typedef float vf_u __attribute__((vector_size(LANES * 4), aligned(4), may_alias));
+typedef uint32_t vu __attribute__((vector_size(LANES * 4)));
+typedef int32_t vi __attribute__((vector_size(LANES * 4)));
+typedef uint16_t vh_u __attribute__((vector_size(LANES * 2), aligned(2), may_alias));
+
+static inline vf load(const float *p) { return *(const vf_u *)p; }
+
+static inline vf load_bf16(const uint16_t *p) {
+    vu bits = __builtin_convertvector(*(const vh_u *)p, vu) << 16;
+    vf out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+
+/* The sum of the 16 lanes as a fixed tree (halves added, then their halves...). */
+static inline float hsum(vf v) {
+    vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+static inline vf vmaxf(vf a, vf b) {
+    vi take_a = a > b;
+    return (vf)(((vi)a & take_a) | ((vi)b & ~take_a));
+}
+
+static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* Lane k of the result is the sum of the lanes of d[k]: a transpose-and-add tree, 45 vector
+ * operations for 16 dot products instead of 16 horizontal sums. */
+static inline vf reduce16(const vf *d) {
+    vf r[8], s[4], t[2];
+    for (int i = 0; i < 8; i++)
+        r[i] = __builtin_shufflevector(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+             + __builtin_shufflevector(d[2 * i], d[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int i = 0; i < 4; i++)
+        s[i] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
+             + __builtin_shufflevector(r[2 * i], r[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++)
+        t[i] = __builtin_shufflevector(s[2 * i], s[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
+             + __builtin_shufflevector(s[2 * i], s[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    return __builtin_shufflevector(t[0], t[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+         + __builtin_shufflevector(t[0], t[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+static inline vf vselect(vi mask, vf a, vf b) {
+    return (vf)(((vi)a & mask) | ((vi)b & ~mask));
+}
+
+/* exp(x), Cephes expf: x = n ln2 + r, |r| <= ln2 / 2; 0 below -87.3 (where the padding past the
+ * last key lies), x clamped to 88.3 above. */
+static inline vf vexp(vf x) {
+    const vf zero = {0};
+    vi keep = x >= -87.3f;
+    x = vselect(keep, x, zero);
+    x = vselect(x > 88.3f, zero + 88.3f, x);
+    vf half = vselect(x < 0.0f, zero - 0.5f, zero + 0.5f);
+    vf n = __builtin_convertvector(__builtin_convertvector(x * 1.44269504088896341f + half, vi), vf);
+    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf scale;
+    memcpy(&scale, &e, sizeof scale);
+    return vselect(keep, p * scale, zero);
+}
+
+#endif

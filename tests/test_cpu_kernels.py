@@ -1,0 +1,118 @@
+"""The CPU kernels (engine/csrc via engine/cpu_kernels.py): paged attention equals per-request
+attention computed in float64 for every kind of segment (decodes, chunks after cached tokens,
+whole prompts; GQA; blocks shuffled in the pool; fp32 and bf16 caches); a row's result is the same
+bits alone, in any batch and under any chunking; the fused norm and SiLU equal torch's; and an
+engine whose kernels cannot be built falls back to the torch backend."""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import cpu_kernels
+from engine.attention import StepLayout, make_backend
+
+BLOCK, HEADS, KV_HEADS, DIM = 16, 9, 3, 64
+pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason="no C compiler: the CPU kernels are off")
+
+
+def layout_of(segments: list[tuple[int, int]], tables: list[list[int]]) -> StepLayout:
+    """segments: (query rows, cached tokens) per request, in row order."""
+    cu = [0]
+    for rows, _ in segments:
+        cu.append(cu[-1] + rows)
+    width = max(len(t) for t in tables)
+    table = torch.tensor([t + [t[0]] * (width - len(t)) for t in tables])
+    positions = torch.cat([torch.arange(c, c + n) for n, c in segments])
+    owner = torch.repeat_interleave(torch.arange(len(segments)), torch.tensor([n for n, _ in segments]))
+    slots = table[owner, positions // BLOCK] * BLOCK + positions % BLOCK
+    return StepLayout(cu, [c for _, c in segments], [n + c for n, c in segments], table, slots)
+
+
+def random_step(segments, dtype, seed=0):
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-(n + c) // BLOCK) for n, c in segments]
+    pool = list(range(sum(need) + 3))
+    rng.shuffle(pool)  # a request's blocks need not be in order in the pool
+    tables, at = [], 0
+    for blocks in need:
+        tables.append(pool[at:at + blocks])
+        at += blocks
+    k_cache = torch.randn(len(pool), BLOCK, KV_HEADS, DIM, generator=gen).to(dtype)
+    v_cache = torch.randn(len(pool), BLOCK, KV_HEADS, DIM, generator=gen).to(dtype)
+    rows = sum(n for n, _ in segments)
+    q = torch.randn(rows, HEADS, DIM, generator=gen)
+    k = torch.randn(rows, KV_HEADS, DIM, generator=gen)
+    v = torch.randn(rows, KV_HEADS, DIM, generator=gen)
+    return layout_of(segments, tables), tables, q, k, v, k_cache, v_cache
+
+
+def reference(layout, tables, q, k_cache, v_cache, scale):
+    """Each request's queries against its own keys (causal), in float64."""
+    out = torch.empty(q.shape, dtype=torch.float64)
+    group = HEADS // KV_HEADS
+    for i, table in enumerate(tables):
+        start, end, n = layout.cu_seqlens_q[i], layout.cu_seqlens_q[i + 1], layout.seq_lens_k[i]
+        keys = k_cache[table].flatten(0, 1)[:n].double().repeat_interleave(group, dim=1)
+        values = v_cache[table].flatten(0, 1)[:n].double().repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q[start:end].double(), keys) * scale
+        causal = torch.arange(n)[None, :] <= torch.arange(layout.num_cached[i], n)[:, None]
+        probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        out[start:end] = torch.einsum("hqk,khd->qhd", probs, values)
+    return out
+
+
+def attend(layout, q, k, v, k_cache, v_cache):
+    backend = make_backend("cpu", BLOCK)
+    return backend.forward(backend.plan(layout, torch.device("cpu")), q, k, v, k_cache, v_cache, DIM**-0.5)
+
+
+MIXED = [(1, 40), (1, 300), (17, 0), (5, 60), (1, 0), (33, 16), (1, 449), (100, 0)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_kind_of_segment_matches_per_request_attention(dtype):
+    layout, tables, q, k, v, k_cache, v_cache = random_step(MIXED, dtype)
+    out = attend(layout, q, k, v, k_cache, v_cache)  # writes this step's K/V into the cache first
+    assert out.dtype == torch.float32
+    expected = reference(layout, tables, q, k_cache, v_cache, DIM**-0.5)
+    assert (out.double() - expected).abs().max() < 2e-6
+    slots = layout.slot_mapping
+    assert torch.equal(k_cache.view(-1, KV_HEADS, DIM)[slots], k.to(dtype))
+
+
+def test_a_rows_result_does_not_depend_on_its_batch_or_its_chunking():
+    """The same request, prefilled whole among others and alone in two chunks: the same bits."""
+    layout, tables, q, k, v, k_cache, v_cache = random_step([(3, 10), (40, 0), (1, 77)], torch.float32)
+    batched = attend(layout, q, k, v, k_cache, v_cache)
+    own = slice(3, 43)  # the 40-row prompt's rows
+    for first in (7, 33):  # chunked: rows 0..first-1, then the rest, each step alone
+        for rows, cached in ((first, 0), (40 - first, first)):
+            step = layout_of([(rows, cached)], [tables[1]])
+            part = slice(own.start + cached, own.start + cached + rows)
+            alone = attend(step, q[part], k[part], v[part], k_cache, v_cache)
+            assert torch.equal(alone, batched[part])
+
+
+def test_fused_norm_and_silu_equal_torch():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(37, 576, generator=gen)
+    delta, weight = torch.randn(37, 576, generator=gen), torch.randn(576, generator=gen)
+    expected_sum = x + delta
+    expected = weight * F.rms_norm(expected_sum, (576,), eps=1e-5)
+    out = cpu_kernels.add_rms_norm(x, delta, weight, 1e-5)
+    assert torch.allclose(x, expected_sum, atol=0, rtol=0)  # the sum is written into x
+    assert torch.allclose(out, expected, atol=1e-5, rtol=1e-5)
+    gate_up = torch.randn(37, 2 * 1536, generator=gen) * 8
+    gate, up = gate_up.split(1536, dim=-1)
+    assert torch.allclose(cpu_kernels.silu_mul(gate_up), F.silu(gate) * up, atol=1e-5, rtol=1e-5)
+
+
+def test_an_engine_without_the_kernels_uses_the_torch_backend(tiny_model_dir, monkeypatch):
+    from engine import LLM, SamplingParams
+
+    monkeypatch.setattr("engine.attention.cpu_backend.cpu_kernels.load", lambda: None)
+    llm = LLM(tiny_model_dir, device="cpu", num_kv_blocks=32)
+    assert llm.config.attention_backend == "torch" and llm.engine.runner.backend.name == "torch"
+    assert llm.generate(["hello"], SamplingParams(max_tokens=3, temperature=0))[0].token_ids
