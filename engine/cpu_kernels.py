@@ -7,7 +7,8 @@ decodes that copy and torch's flash kernel at one query per row cost more than t
 at 24 rows, and a decoder layer's norms, rotary, SiLU and residual adds are ~25 small torch ops,
 whose dispatch is most of their cost at decode sizes. ``paged_attention.c`` reads keys and values
 in place through the block table (as vLLM's CPU attention does); ``elementwise.c`` fuses RMSNorm
-with its residual add, and SiLU with its product. The GEMMs stay oneDNN's (models/prepacked.py).
+with its residual add, and SiLU with its product; ``gemm.c`` is a linear layer on weights packed
+in 32-column panels, faster than oneDNN's at every row count measured (models/prepacked.py).
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
@@ -42,7 +43,10 @@ SIGNATURES = {
     ],
     "bs_add_rms_norm": [P, P, P, P, I64, I64, F32, INT],  # x, delta, weight, out, rows, hidden, eps, threads
     "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
+    "bs_pack_linear": [P, INT, I64, I64, P],  # weight, bf16, out features, in features, packed
+    "bs_linear": [P, I64, P, INT, P, P, I64, I64, I64, INT],  # x, stride, packed, bf16, bias, out, m, n, k, threads
 }
+LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)
 
 
 def cache_dir() -> Path:
@@ -105,4 +109,30 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
     load().bs_silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, inter, torch.get_num_threads())
+    return out
+
+
+def takes_linear(weight: torch.Tensor) -> bool:
+    """Whether ``linear`` runs this weight: built here, fp32 or bf16, whole 32-column panels."""
+    return (load() is not None and weight.dtype in (torch.float32, torch.bfloat16)
+            and weight.device.type == "cpu" and weight.shape[0] % LINEAR_PANEL == 0)
+
+
+def pack_linear(weight: torch.Tensor) -> torch.Tensor:
+    """``weight [out, in]`` in the kernel's panel layout (same dtype, same size)."""
+    weight = weight.contiguous()
+    packed = torch.empty_like(weight)
+    load().bs_pack_linear(weight.data_ptr(), int(weight.dtype == torch.bfloat16), weight.shape[0],
+                          weight.shape[1], packed.data_ptr())
+    return packed
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """``x [rows, in]`` (fp32, any row stride) times the packed weight, plus ``bias``: fp32 ``[rows, out]``."""
+    if x.dtype != torch.float32 or x.stride(-1) != 1:
+        x = x.float().contiguous()
+    out = torch.empty(x.shape[0], out_features)
+    load().bs_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), int(packed.dtype == torch.bfloat16),
+                     None if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], out_features,
+                     x.shape[1], torch.get_num_threads())
     return out

@@ -114,7 +114,6 @@ def load_model(model: str, dtype: torch.dtype, device: str) -> LoadedModel:
     del hf
     packed = packed.to(device=device, dtype=dtype).eval()
     packed.cos_table, packed.sin_table = packed.cos_table.to(device), packed.sin_table.to(device)
-    packed.prepack_for_cpu()
     tokenizer = _load_tokenizer(directory)
     eos = set()
     try:

@@ -57,6 +57,7 @@ class ModelRunner:
         self.block_size = config.block_size
         attn = self.model.layers[0].self_attn
         self.backend = self._backend(attn)
+        self.model.prepack_for_cpu(kernels=self.backend.name == "cpu")  # the weights' final layout
         self.pad_block = config.num_kv_blocks  # never handed out by the BlockManager
         shape = (
             len(self.model.layers),
@@ -86,8 +87,6 @@ class ModelRunner:
             log.warning("attention backend %r cannot run here (%s): using 'torch'", backend.name, why)
             config.attention_backend = "torch"
             backend = make_backend("torch", config.block_size)
-        if backend.name == "cpu":
-            self.model.use_cpu_kernels()
         return backend
 
     @torch.inference_mode()

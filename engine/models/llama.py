@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import cpu_kernels
-from .prepacked import PrepackedLinear, prepack_linears, prepack_supported
+from .prepacked import make_linear, prepack_linears, prepack_supported
 
 LOGITS_SLICE = 4096  # vocabulary rows per LM-head GEMM on CPU
 SUPPORTED_ARCHITECTURES = (
@@ -140,7 +140,7 @@ class PackedLlama(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.tied = bool(getattr(config, "tie_word_embeddings", False))
         self.lm_head = None if self.tied else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.packed_lm_head: PrepackedLinear | None = None
+        self.packed_lm_head: nn.Module | None = None  # the LM head packed for the CPU (prepacked.py)
         self.activation_dtype: torch.dtype | None = None  # None: the weights' dtype
         with torch.no_grad():
             positions = torch.arange(max_positions)[None]
@@ -169,32 +169,33 @@ class PackedLlama(nn.Module):
         return torch.cat([F.linear(hidden, part) for part in weight.split(LOGITS_SLICE)], dim=-1).float()
 
     @torch.no_grad()
-    def prepack_for_cpu(self) -> bool:
-        """Move every linear layer and the LM head to oneDNN prepacked weights (``prepacked.py``)
-        when this CPU supports the model's dtype; call once the weights are final. With tied
-        embeddings the packed LM head is a second copy of the embedding (113 MB for SmolLM2-135M
-        in fp32): the lookup needs the plain layout, the GEMM the packed one."""
+    def prepack_for_cpu(self, kernels: bool = False) -> bool:
+        """On CPU, pack every linear layer and the LM head once (``prepacked.py``): for the C
+        kernel when ``kernels`` (the CPU kernels are on and built), else for oneDNN where this CPU
+        supports the dtype; call once the weights are final. With kernels, the norms and SiLU are
+        fused too (``fuse_cpu_ops``). With tied embeddings the packed LM head is a second copy of
+        the embedding (113 MB for SmolLM2-135M in fp32): the lookup needs the plain layout, the
+        GEMM the packed one."""
         weight = self.embed_tokens.weight if self.tied else self.lm_head.weight
-        if weight.device.type != "cpu" or not prepack_supported(weight.dtype):
+        kernels = kernels and weight.device.type == "cpu" and cpu_kernels.load() is not None
+        if weight.device.type != "cpu" or not (kernels or prepack_supported(weight.dtype)):
             return False
-        self.packed_lm_head = PrepackedLinear(weight, None)
+        self.packed_lm_head = make_linear(weight, None, kernels)
         self.lm_head = None
-        prepack_linears(self.layers)
+        prepack_linears(self.layers, kernels)
         if weight.dtype != torch.float32:
             # bf16 weights, fp32 activations: torch's CPU element-wise kernels (norms, rotary,
             # SiLU, residuals) run 2-4x slower on bf16 than on fp32, more than the bf16 GEMMs save.
             self.activation_dtype = torch.float32
+        if kernels:
+            self.fuse_cpu_ops()
         return True
 
-    def use_cpu_kernels(self) -> bool:
+    def fuse_cpu_ops(self) -> bool:
         """Norms and SiLU through the fused CPU kernels (``cpu_kernels.py``) where they apply:
-        CPU, fp32 activations, sizes in whole 16-float vectors, and the kernels built here."""
-        weight = self.embed_tokens.weight
-        dtype = self.activation_dtype or weight.dtype
+        fp32 activations and sizes in whole 16-float vectors."""
         sizes = (self.config.hidden_size, self.config.intermediate_size)
-        if weight.device.type != "cpu" or dtype != torch.float32 or any(n % 16 for n in sizes):
-            return False
-        if cpu_kernels.load() is None:
+        if (self.activation_dtype or self.embed_tokens.weight.dtype) != torch.float32 or any(n % 16 for n in sizes):
             return False
         norms = [self.norm]
         for layer in self.layers:

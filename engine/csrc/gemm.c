@@ -1,0 +1,98 @@
+/* Linear layers on the CPU: out[m, n] = x[m, :] . w[n, :] (+ bias[n]), fp32 arithmetic, weights in
+ * fp32 or bf16, packed once at load time.
+ *
+ * Packed layout: panels of PANEL output columns, each [k][PANEL] contiguous, so a thread streams
+ * a panel front to back while up to ROW_BLOCK rows of x are broadcast against it (two vector
+ * accumulators a row). The panels are split over the threads; every panel is read once per
+ * block of rows (from L2 after the first).
+ *
+ * Each output element is one fused multiply-add chain over k = 0, 1, .., K-1 starting from 0,
+ * then + bias: the same order in the row-block path and the single-row path, so a row's result
+ * does not depend on how many rows the call has or where the row sits in it (what
+ * EngineConfig.batch_invariant relies on).
+ */
+#include <stdlib.h>
+
+#include "vec.h"
+
+#define PANEL 32
+#define ROW_BLOCK 12  /* the most rows one kernel holds in registers: 24 accumulators */
+
+
+/* Columns c0..c0+31 of panel p at depth k, as two vectors. */
+static inline __attribute__((always_inline)) void panel_row(const void *packed, int bf16, int64_t at, vf *lo, vf *hi) {
+    if (bf16) {
+        const uint16_t *p = (const uint16_t *)packed + at;
+        *lo = load_bf16(p), *hi = load_bf16(p + LANES);
+    } else {
+        const float *p = (const float *)packed + at;
+        *lo = load(p), *hi = load(p + LANES);
+    }
+}
+
+static inline __attribute__((always_inline)) void finish(vf lo, vf hi, const float *bias, int64_t col, float *out) {
+    if (bias) lo += load(bias + col), hi += load(bias + col + LANES);
+    store(out, lo), store(out + LANES, hi);
+}
+
+static inline __attribute__((always_inline)) void block_rows(const float *x, int64_t x_stride, const void *packed,
+                                                             int bf16, const float *bias, float *out, int64_t n,
+                                                             int64_t k, int64_t panel, int rows) {
+    vf lo[ROW_BLOCK], hi[ROW_BLOCK];
+    for (int r = 0; r < rows; r++) lo[r] = hi[r] = (vf){0};
+    const int64_t base = panel * k * PANEL;
+    for (int64_t d = 0; d < k; d++) {
+        vf w0, w1;
+        panel_row(packed, bf16, base + d * PANEL, &w0, &w1);
+        for (int r = 0; r < rows; r++) {
+            float xv = x[r * x_stride + d];
+            lo[r] = xv * w0 + lo[r];
+            hi[r] = xv * w1 + hi[r];
+        }
+    }
+    for (int r = 0; r < rows; r++) finish(lo[r], hi[r], bias, panel * PANEL, out + r * n + panel * PANEL);
+}
+
+#define KERNELS(R)                                                                                           \
+    static void rows##R##_f32(const float *x, int64_t s, const void *w, const float *b, float *o, int64_t n,    \
+                              int64_t k, int64_t p) {                                                          \
+        block_rows(x, s, w, 0, b, o, n, k, p, R);                                                              \
+    }                                                                                                          \
+    static void rows##R##_bf16(const float *x, int64_t s, const void *w, const float *b, float *o, int64_t n,   \
+                               int64_t k, int64_t p) {                                                         \
+        block_rows(x, s, w, 1, b, o, n, k, p, R);                                                              \
+    }
+KERNELS(12)
+KERNELS(8)
+KERNELS(4)
+KERNELS(2)
+KERNELS(1)
+
+typedef void (*Kernel)(const float *, int64_t, const void *, const float *, float *, int64_t, int64_t, int64_t);
+static const int BLOCKS[] = {12, 8, 4, 2, 1};
+static const Kernel KERNELS_F32[] = {rows12_f32, rows8_f32, rows4_f32, rows2_f32, rows1_f32};
+static const Kernel KERNELS_BF16[] = {rows12_bf16, rows8_bf16, rows4_bf16, rows2_bf16, rows1_bf16};
+
+/* w [n, k] (fp32, or bf16 as uint16) into packed [n / PANEL][k][PANEL]; n a multiple of PANEL. */
+void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed) {
+    for (int64_t col = 0; col < n; col++)
+        for (int64_t d = 0; d < k; d++) {
+            int64_t from = col * k + d, to = (col / PANEL) * k * PANEL + d * PANEL + col % PANEL;
+            if (bf16) ((uint16_t *)packed)[to] = ((const uint16_t *)w)[from];
+            else ((float *)packed)[to] = ((const float *)w)[from];
+        }
+}
+
+/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Rows go in
+ * blocks of 12, then 8, 4, 2, 1 for what is left. */
+void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, const float *bias, float *out,
+               int64_t m, int64_t n, int64_t k, int num_threads) {
+    const Kernel *kernels = bf16 ? KERNELS_BF16 : KERNELS_F32;
+    const int64_t panels = n / PANEL;
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t r = 0;
+        for (int b = 0; b < 5; b++)
+            for (; r + BLOCKS[b] <= m; r += BLOCKS[b]) kernels[b](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p);
+    }
+}
