@@ -8,7 +8,8 @@ at 24 rows, and a decoder layer's norms, rotary, SiLU and residual adds are ~25 
 whose dispatch is most of their cost at decode sizes. ``paged_attention.c`` reads keys and values
 in place through the block table (as vLLM's CPU attention does); ``elementwise.c`` fuses RMSNorm
 with its residual add, and SiLU with its product; ``gemm.c`` is a linear layer on weights packed
-in 32-column panels, faster than oneDNN's at every row count measured (models/prepacked.py).
+in 32-column panels, and ``gemm_bf16.c`` its bf16 twin on the CPU's bf16 dot products
+(AVX512-BF16), both faster than oneDNN's at every row count measured (models/prepacked.py).
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
@@ -45,7 +46,11 @@ SIGNATURES = {
     "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
     "bs_pack_linear": [P, INT, I64, I64, P],  # weight, bf16, out features, in features, packed
     "bs_linear": [P, I64, P, INT, P, P, I64, I64, I64, INT],  # x, stride, packed, bf16, bias, out, m, n, k, threads
+    "bs_linear_bf16_pairs_available": [],
+    "bs_pack_linear_pairs": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
+    "bs_linear_bf16_pairs": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
 }
+RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs"}
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)
 
 
@@ -82,7 +87,7 @@ def load() -> ctypes.CDLL | None:
         return None
     for name, argtypes in SIGNATURES.items():
         function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, ctypes.c_int if name == "bs_paged_attention" else None
+        function.argtypes, function.restype = argtypes, ctypes.c_int if name in RETURNS_INT else None
     return library
 
 
@@ -118,12 +123,23 @@ def takes_linear(weight: torch.Tensor) -> bool:
             and weight.device.type == "cpu" and weight.shape[0] % LINEAR_PANEL == 0)
 
 
+def bf16_pairs() -> bool:
+    """Whether bf16 layers run on the CPU's bf16 dot products here (gemm_bf16.c)."""
+    return load() is not None and bool(load().bs_linear_bf16_pairs_available())
+
+
 def pack_linear(weight: torch.Tensor) -> torch.Tensor:
-    """``weight [out, in]`` in the kernel's panel layout (same dtype, same size)."""
+    """``weight [out, in]`` in the kernel's panel layout (same dtype; bf16 on dot products: depth
+    pairs side by side, ``in`` padded to even)."""
     weight = weight.contiguous()
+    out_features, in_features = weight.shape
+    if weight.dtype == torch.bfloat16 and bf16_pairs():
+        packed = torch.empty(out_features, (in_features + 1) // 2 * 2, dtype=torch.bfloat16)
+        load().bs_pack_linear_pairs(weight.data_ptr(), out_features, in_features, packed.data_ptr())
+        return packed
     packed = torch.empty_like(weight)
-    load().bs_pack_linear(weight.data_ptr(), int(weight.dtype == torch.bfloat16), weight.shape[0],
-                          weight.shape[1], packed.data_ptr())
+    load().bs_pack_linear(weight.data_ptr(), int(weight.dtype == torch.bfloat16), out_features, in_features,
+                          packed.data_ptr())
     return packed
 
 
@@ -131,8 +147,15 @@ def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out
     """``x [rows, in]`` (fp32, any row stride) times the packed weight, plus ``bias``: fp32 ``[rows, out]``."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
-    out = torch.empty(x.shape[0], out_features)
-    load().bs_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), int(packed.dtype == torch.bfloat16),
-                     None if bias is None else bias.data_ptr(), out.data_ptr(), x.shape[0], out_features,
-                     x.shape[1], torch.get_num_threads())
+    rows, in_features = x.shape
+    out = torch.empty(rows, out_features)
+    library, bias_ptr, threads = load(), None if bias is None else bias.data_ptr(), torch.get_num_threads()
+    if packed.dtype == torch.bfloat16 and bf16_pairs():
+        status = library.bs_linear_bf16_pairs(x.data_ptr(), x.stride(0), packed.data_ptr(), bias_ptr, out.data_ptr(),
+                                              rows, out_features, in_features, threads)
+        if status != 0:
+            raise MemoryError("the bf16 linear kernel could not allocate its bf16 copy of x")
+        return out
+    library.bs_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), int(packed.dtype == torch.bfloat16), bias_ptr,
+                      out.data_ptr(), rows, out_features, in_features, threads)
     return out

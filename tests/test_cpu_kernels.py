@@ -116,3 +116,18 @@ def test_an_engine_without_the_kernels_uses_the_torch_backend(tiny_model_dir, mo
     llm = LLM(tiny_model_dir, device="cpu", num_kv_blocks=32)
     assert llm.config.attention_backend == "torch" and llm.engine.runner.backend.name == "torch"
     assert llm.generate(["hello"], SamplingParams(max_tokens=3, temperature=0))[0].token_ids
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_equals_f_linear_and_a_rows_result_does_not_depend_on_the_batch(dtype):
+    gen = torch.Generator().manual_seed(2)
+    weight, bias = torch.randn(96, 70, generator=gen).to(dtype), torch.randn(96, generator=gen)
+    x = torch.randn(37, 70, generator=gen)
+    packed = cpu_kernels.pack_linear(weight)
+    out = cpu_kernels.linear(x, packed, bias, 96)
+    rounded = x if dtype == torch.float32 or not cpu_kernels.bf16_pairs() else x.to(dtype).float()
+    assert torch.allclose(out, F.linear(rounded, weight.float(), bias), atol=1e-4, rtol=1e-5)
+    for rows in (1, 2, 5, 12, 13, 25):  # every block size of the kernel, and tails
+        for start in (0, 3):
+            part = slice(start, start + rows)
+            assert torch.equal(cpu_kernels.linear(x[part], packed, bias, 96), out[part])

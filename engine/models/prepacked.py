@@ -13,9 +13,11 @@ and agrees with ``F.linear``; otherwise the model keeps ``nn.Linear``.
 
 The C kernel (with the CPU kernels on, ``attention_backend="cpu"``) is faster still, measured over
 SmolLM2-135M's 121 linears on 2 threads, fp32: 1.8x oneDNN at 1 row, 1.5x at 8, 1.25x at 16,
-1.2x at 24, 1.1x at 64 and 1.05x at 256; and a row's result never depends on the other rows
-of the call. With bf16 weights it computes in fp32 (each weight widened in a register), which
-beats oneDNN's bf16 dot products up to 8 rows only, so beyond that the bf16 layer uses oneDNN.
+1.2x at 24, 1.1x at 64 and 1.05x at 256; bf16 on the CPU's bf16 dot products (AVX512-BF16):
+2.2x at 1 row, 1.8x at 8, 1.6x at 16, 1.2x at 24 and 64, 1.07x at 256 (and its output is not
+rounded to bf16). A row's result never depends on the other rows of the call. On a CPU without
+bf16 dot products, bf16 weights are widened to fp32 in registers, which beats oneDNN only up to
+8 rows; above that the layer uses oneDNN.
 """
 from __future__ import annotations
 
@@ -79,8 +81,8 @@ class KernelLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.packed = cpu_kernels.pack_linear(weight.detach())
         self.bias = None if bias is None else bias.detach().float().contiguous()
-        self.large = None  # oneDNN's copy for large bf16 calls
-        if weight.dtype == torch.bfloat16 and prepack_supported(torch.bfloat16):
+        self.large = None  # oneDNN's copy for large bf16 calls, on CPUs without bf16 dot products
+        if weight.dtype == torch.bfloat16 and not cpu_kernels.bf16_pairs() and prepack_supported(torch.bfloat16):
             self.large = PrepackedLinear(weight, bias)
         self.batch_invariant = False
 

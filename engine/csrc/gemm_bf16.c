@@ -1,0 +1,109 @@
+/* bf16 linear layers with the CPU's bf16 dot-product instruction (AVX512-BF16 vdpbf16ps: two
+ * bf16 products per fp32 lane, twice the multiply-adds of an fp32 FMA), where the CPU has it.
+ *
+ * As oneDNN's bf16 GEMM does, x is rounded to bf16 (to nearest even) and the products are
+ * accumulated in fp32. Packed layout: panels of 32 output columns, each [k / 2][32][2]: for every
+ * pair of depths, each column's two weights side by side (k padded to even with a zero). One
+ * accumulation chain per output, over the depth pairs in order, whatever the number of rows: a
+ * row's result never depends on the rest of the call (as in gemm.c).
+ */
+#include <stdlib.h>
+
+#include "vec.h"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+
+#define PANEL 32
+
+int bs_linear_bf16_pairs_available(void) { return 1; }
+
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  /* NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *packed) {
+    const int64_t pairs = (k + 1) / 2;
+    for (int64_t col = 0; col < n; col++)
+        for (int64_t d = 0; d < 2 * pairs; d++) {
+            int64_t to = (col / PANEL) * pairs * PANEL * 2 + (d / 2) * PANEL * 2 + (col % PANEL) * 2 + d % 2;
+            packed[to] = d < k ? w[col * k + d] : 0;
+        }
+}
+
+static inline __attribute__((always_inline)) void block_rows(const uint32_t *xb, int64_t pairs, const uint16_t *panel,
+                                                             const float *bias, int64_t col, float *out, int64_t n,
+                                                             int rows) {
+    __m512 lo[12], hi[12];
+    for (int r = 0; r < rows; r++) lo[r] = hi[r] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < pairs; d++) {
+        __m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + d * PANEL * 2);
+        __m512bh w1 = (__m512bh)_mm512_loadu_si512(panel + d * PANEL * 2 + PANEL);
+        for (int r = 0; r < rows; r++) {
+            __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xb[r * pairs + d]);
+            lo[r] = _mm512_dpbf16_ps(lo[r], xv, w0);
+            hi[r] = _mm512_dpbf16_ps(hi[r], xv, w1);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        __m512 a = lo[r], b = hi[r];
+        if (bias) a = _mm512_add_ps(a, _mm512_loadu_ps(bias + col)), b = _mm512_add_ps(b, _mm512_loadu_ps(bias + col + 16));
+        _mm512_storeu_ps(out + r * n + col, a), _mm512_storeu_ps(out + r * n + col + 16, b);
+    }
+}
+
+#define ROWS(R)                                                                                               \
+    static void rows##R(const uint32_t *xb, int64_t pairs, const uint16_t *panel, const float *bias, int64_t col, \
+                        float *out, int64_t n) {                                                               \
+        block_rows(xb, pairs, panel, bias, col, out, n, R);                                                    \
+    }
+ROWS(12)
+ROWS(8)
+ROWS(4)
+ROWS(2)
+ROWS(1)
+typedef void (*Kernel)(const uint32_t *, int64_t, const uint16_t *, const float *, int64_t, float *, int64_t);
+static const int BLOCKS[] = {12, 8, 4, 2, 1};
+static const Kernel KERNELS[] = {rows12, rows8, rows4, rows2, rows1};
+
+/* out [m, n] fp32 contiguous = bf16(x [m, k], rows x_stride apart) . w^T (+ bias); -2 out of memory. */
+int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
+                         int64_t m, int64_t n, int64_t k, int num_threads) {
+    const int64_t pairs = (k + 1) / 2, panels = n / PANEL;
+    uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
+    if (!xb) return -2;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t d = 0; d < pairs; d++) {
+            uint32_t a = to_bf16(x[r * x_stride + 2 * d]), b = 2 * d + 1 < k ? to_bf16(x[r * x_stride + 2 * d + 1]) : 0;
+            xb[r * pairs + d] = a | b << 16;
+        }
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t p = 0; p < panels; p++) {
+        const uint16_t *panel = packed + p * pairs * PANEL * 2;
+        int64_t r = 0;
+        for (int b = 0; b < 5; b++)
+            for (; r + BLOCKS[b] <= m; r += BLOCKS[b])
+                KERNELS[b](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n);
+    }
+    free(xb);
+    return 0;
+}
+
+#else  /* no bf16 dot products on this CPU: the caller uses gemm.c's widening kernel */
+
+int bs_linear_bf16_pairs_available(void) { return 0; }
+
+void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *packed) {
+    (void)w, (void)n, (void)k, (void)packed;
+}
+
+int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
+                         int64_t m, int64_t n, int64_t k, int num_threads) {
+    (void)x, (void)x_stride, (void)packed, (void)bias, (void)out, (void)m, (void)n, (void)k, (void)num_threads;
+    return -1;
+}
+
+#endif
