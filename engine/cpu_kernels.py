@@ -40,10 +40,11 @@ SIGNATURES = {
         P, I64, P, P, P, INT,  # q, its row stride, out, k cache, v cache, bf16 cache
         P, P, P, P, I64,  # row_start, row_count, num_cached, tables, table stride
         INT, INT, INT, INT, INT,  # segments, heads, kv heads, head dim, block size
-        F32, INT, INT,  # scale, max keys, threads
+        F32, INT, INT, INT,  # scale, max keys, invariant (row by row only), threads
     ],
     "bs_add_rms_norm": [P, P, P, P, I64, I64, F32, INT],  # x, delta, weight, out, rows, hidden, eps, threads
     "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
+    "bs_rotary": [P, I64, I64, INT, INT, P, P, INT],  # q/k, row stride, rows, heads, dim, cos, signed sin, threads
     "bs_pack_linear": [P, INT, I64, I64, P],  # weight, bf16, out features, in features, packed
     "bs_linear": [P, I64, P, INT, P, P, I64, I64, I64, INT],  # x, stride, packed, bf16, bias, out, m, n, k, threads
     "bs_linear_bf16_pairs_available": [],
@@ -115,6 +116,14 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
     load().bs_silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, inter, torch.get_num_threads())
     return out
+
+
+def rotary(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Rotary embedding in place on ``qk [rows, heads, dim]`` (a row-strided view with contiguous
+    heads), with ``cos`` and signed ``sin`` whose memory is ``[rows, dim]``."""
+    rows, heads, dim = qk.shape
+    load().bs_rotary(qk.data_ptr(), qk.stride(0), rows, heads, dim, cos.data_ptr(), sin.data_ptr(),
+                     torch.get_num_threads())
 
 
 def takes_linear(weight: torch.Tensor) -> bool:

@@ -63,18 +63,20 @@ def reference(layout, tables, q, k_cache, v_cache, scale):
     return out
 
 
-def attend(layout, q, k, v, k_cache, v_cache):
+def attend(layout, q, k, v, k_cache, v_cache, batch_invariant=False):
     backend = make_backend("cpu", BLOCK)
+    backend.batch_invariant = batch_invariant
     return backend.forward(backend.plan(layout, torch.device("cpu")), q, k, v, k_cache, v_cache, DIM**-0.5)
 
 
 MIXED = [(1, 40), (1, 300), (17, 0), (5, 60), (1, 0), (33, 16), (1, 449), (100, 0)]
 
 
+@pytest.mark.parametrize("batch_invariant", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_every_kind_of_segment_matches_per_request_attention(dtype):
+def test_every_kind_of_segment_matches_per_request_attention(dtype, batch_invariant):
     layout, tables, q, k, v, k_cache, v_cache = random_step(MIXED, dtype)
-    out = attend(layout, q, k, v, k_cache, v_cache)  # writes this step's K/V into the cache first
+    out = attend(layout, q, k, v, k_cache, v_cache, batch_invariant)  # writes this step's K/V first
     assert out.dtype == torch.float32
     expected = reference(layout, tables, q, k_cache, v_cache, DIM**-0.5)
     assert (out.double() - expected).abs().max() < 2e-6
@@ -82,16 +84,16 @@ def test_every_kind_of_segment_matches_per_request_attention(dtype):
     assert torch.equal(k_cache.view(-1, KV_HEADS, DIM)[slots], k.to(dtype))
 
 
-def test_a_rows_result_does_not_depend_on_its_batch_or_its_chunking():
+def test_batch_invariant_rows_do_not_depend_on_their_batch_or_their_chunking():
     """The same request, prefilled whole among others and alone in two chunks: the same bits."""
     layout, tables, q, k, v, k_cache, v_cache = random_step([(3, 10), (40, 0), (1, 77)], torch.float32)
-    batched = attend(layout, q, k, v, k_cache, v_cache)
+    batched = attend(layout, q, k, v, k_cache, v_cache, batch_invariant=True)
     own = slice(3, 43)  # the 40-row prompt's rows
     for first in (7, 33):  # chunked: rows 0..first-1, then the rest, each step alone
         for rows, cached in ((first, 0), (40 - first, first)):
             step = layout_of([(rows, cached)], [tables[1]])
             part = slice(own.start + cached, own.start + cached + rows)
-            alone = attend(step, q[part], k[part], v[part], k_cache, v_cache)
+            alone = attend(step, q[part], k[part], v[part], k_cache, v_cache, batch_invariant=True)
             assert torch.equal(alone, batched[part])
 
 
@@ -131,3 +133,17 @@ def test_linear_equals_f_linear_and_a_rows_result_does_not_depend_on_the_batch(d
         for start in (0, 3):
             part = slice(start, start + rows)
             assert torch.equal(cpu_kernels.linear(x[part], packed, bias, 96), out[part])
+
+
+def test_rotary_in_place_is_the_same_bits_as_torchs():
+    from engine.models.llama import rotate, signed_sin
+
+    gen = torch.Generator().manual_seed(3)
+    qkv = torch.randn(21, 15 * 64, generator=gen)  # 12 q/k heads and 3 v heads of one fused projection
+    angles = torch.randn(21, 64, generator=gen)
+    cos, sin = angles.cos(), signed_sin(angles.sin())
+    qk = qkv[:, :12 * 64].view(21, 12, 64)
+    expected = rotate(qk, cos[:, None, :], sin[:, None, :])
+    values = qkv[:, 12 * 64:].clone()
+    cpu_kernels.rotary(qk, cos, sin)
+    assert torch.equal(qk, expected) and torch.equal(qkv[:, 12 * 64:], values)

@@ -41,3 +41,26 @@ void bs_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter, 
         }
     }
 }
+
+/* Rotary embedding in place on `heads` head vectors of each row (q's and k's side by side in the
+ * fused projection, rows row_stride floats apart): x * cos + rotate_half(x) * sin, with sin given
+ * with its first half negated (models/llama.py, signed_sin) and both [rows, dim]. Two products
+ * and a sum, each rounded (no fused multiply-add): the same bits as torch's three ops. */
+__attribute__((optimize("fp-contract=off")))
+void bs_rotary(float *qk, int64_t row_stride, int64_t rows, int heads, int dim, const float *cos, const float *sin,
+               int num_threads) {
+    const int half = dim / 2;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * heads * dim > 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *c = cos + r * dim, *s = sin + r * dim;
+        for (int h = 0; h < heads; h++) {
+            float *x = qk + r * row_stride + (int64_t)h * dim;
+            for (int i = 0; i < half; i += LANES) {
+                vf lo = load(x + i), hi = load(x + half + i);
+                vf a = lo * load(c + i), b = hi * load(s + i);
+                vf d = hi * load(c + half + i), e = lo * load(s + half + i);
+                store(x + i, a + b), store(x + half + i, d + e);
+            }
+        }
+    }
+}

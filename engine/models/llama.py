@@ -74,6 +74,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=bool(getattr(config, "attention_bias", False)))
         self.qk_norm = config.model_type == "qwen3"
+        self.fused_rotary = False  # the CPU kernel (cpu_kernels.rotary), in place on the projection
         if self.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -88,7 +89,11 @@ class Attention(nn.Module):
             k = self.k_norm(qkv[:, q_size:q_size + kv_size].view(rows, self.num_kv_heads, self.head_dim))
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         else:  # q and k side by side in the fused output: one rotary pass over all their heads
-            qk = rotate(qkv[:, :q_size + kv_size].view(rows, -1, self.head_dim), cos, sin)
+            qk = qkv[:, :q_size + kv_size].view(rows, -1, self.head_dim)
+            if self.fused_rotary:
+                cpu_kernels.rotary(qk, cos, sin)  # in place: the same bits as ``rotate``
+            else:
+                qk = rotate(qk, cos, sin)
             q, k = qk.split((self.num_heads, self.num_kv_heads), dim=1)
         out = step.attend(self.layer_index, q, k, v, self.scale)
         return self.o_proj(out.reshape(rows, -1))
@@ -192,8 +197,8 @@ class PackedLlama(nn.Module):
         return True
 
     def fuse_cpu_ops(self) -> bool:
-        """Norms and SiLU through the fused CPU kernels (``cpu_kernels.py``) where they apply:
-        fp32 activations and sizes in whole 16-float vectors."""
+        """Norms, rotary and SiLU through the fused CPU kernels (``cpu_kernels.py``) where they
+        apply: fp32 activations and sizes in whole 16-float vectors."""
         sizes = (self.config.hidden_size, self.config.intermediate_size)
         if (self.activation_dtype or self.embed_tokens.weight.dtype) != torch.float32 or any(n % 16 for n in sizes):
             return False
@@ -204,6 +209,7 @@ class PackedLlama(nn.Module):
             norm.fused_weight = norm.weight.detach().float().contiguous()
         for layer in self.layers:
             layer.mlp.fused = True
+            layer.self_attn.fused_rotary = layer.self_attn.head_dim % 32 == 0  # halves in whole vectors
         return True
 
     @torch.no_grad()
