@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                         help="replay decode-only steps from CUDA graphs (default: on with CUDA)")
     engine.add_argument("--seed", type=int, default=0, help="seed of the engine's sampling")
+    engine.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=False,
+                        help="a request's logits the same bits alone or batched (CPU kernels; the "
+                             "presenter can switch it between runs)")
     add_limit_arguments(parser)
     return parser
 
@@ -162,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 ENGINE_OPTIONS = (
     "block_size", "num_kv_blocks", "kv_cache_memory_gb", "max_num_batched_tokens",
     "max_num_seqs", "max_model_len", "policy", "enable_chunked_prefill",
-    "enable_prefix_caching", "dtype", "device", "attention_backend", "cuda_graphs", "seed",
+    "enable_prefix_caching", "dtype", "device", "attention_backend", "cuda_graphs", "seed", "batch_invariant",
 )
 
 

@@ -172,10 +172,14 @@ class AsyncLLM:
         self._loop.set_min_step_interval(seconds)
 
     def reconfigure(self, **changes) -> None:
-        """Change policy / token budget / chunked prefill; applied before the next step."""
+        """Change policy / token budget / chunked prefill / batch invariance; applied before the
+        next step."""
         unknown = sorted(set(changes) - set(RECONFIGURABLE))
         if unknown:
             raise ValueError(f"reconfigure: cannot change {unknown}; allowed: {RECONFIGURABLE}")
         current = {name: getattr(self.config, name) for name in RECONFIGURABLE}
         EngineConfig.from_kwargs(**{**current, **changes})  # validates
+        if changes.get("batch_invariant") and self.config.attention_backend != "cpu":
+            raise ValueError("batch_invariant needs the CPU kernels; this engine runs attention_backend="
+                             f"{self.config.attention_backend!r}")
         self._loop.command("reconfigure", changes)

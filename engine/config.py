@@ -34,6 +34,9 @@ class EngineConfig:
     seed: int = 0
     kv_cache_memory_gb: float | None = None
     cuda_graphs: bool | None = None  # decode-only steps replayed from CUDA graphs; None: on CUDA
+    # Every request's logits the same bits alone or packed with any others, under any chunking
+    # (the CPU kernels' one fixed order per row; engine/attention/cpu_backend.py). CPU only.
+    batch_invariant: bool = False
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> EngineConfig:
@@ -63,6 +66,11 @@ class EngineConfig:
             raise ValueError(f"cuda_graphs must be True, False or None, got {self.cuda_graphs!r}")
         if self.attention_backend == "flash_attn" and not flash_attn_available():
             raise ValueError("attention_backend='flash_attn' needs CUDA and the flash_attn package")
+        if not isinstance(self.batch_invariant, bool):
+            raise ValueError(f"batch_invariant must be True or False, got {self.batch_invariant!r}")
+        if self.batch_invariant and (self.device == "cuda" or self.attention_backend not in ("auto", "cpu")):
+            raise ValueError("batch_invariant=True needs the CPU kernels: device 'cpu' and attention_backend 'auto' "
+                             f"or 'cpu', got device={self.device!r}, attention_backend={self.attention_backend!r}")
         if self.attention_backend == "cpu" and self.device == "cuda":
             raise ValueError("attention_backend='cpu' runs on the CPU only, got device='cuda'")
 
@@ -81,6 +89,8 @@ class EngineConfig:
             self.cuda_graphs = self.device == "cuda"
         elif self.cuda_graphs and self.device != "cuda":
             raise ValueError(f"cuda_graphs=True needs device='cuda', got device={self.device!r}")
+        if self.batch_invariant and self.device != "cpu":
+            raise ValueError(f"batch_invariant=True needs device='cpu', got device={self.device!r}")
 
     def resolve_sizes(self, model_max_len: int, bytes_per_token: int) -> None:
         """Fill block size, model length and pool size from the model's shapes."""

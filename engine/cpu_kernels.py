@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 SOURCES = Path(__file__).with_name("csrc")
@@ -127,9 +128,8 @@ def rotary(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
 
 
 def takes_linear(weight: torch.Tensor) -> bool:
-    """Whether ``linear`` runs this weight: built here, fp32 or bf16, whole 32-column panels."""
-    return (load() is not None and weight.dtype in (torch.float32, torch.bfloat16)
-            and weight.device.type == "cpu" and weight.shape[0] % LINEAR_PANEL == 0)
+    """Whether ``linear`` runs this weight: built here, and fp32 or bf16 on the CPU."""
+    return load() is not None and weight.dtype in (torch.float32, torch.bfloat16) and weight.device.type == "cpu"
 
 
 def bf16_pairs() -> bool:
@@ -138,33 +138,36 @@ def bf16_pairs() -> bool:
 
 
 def pack_linear(weight: torch.Tensor) -> torch.Tensor:
-    """``weight [out, in]`` in the kernel's panel layout (same dtype; bf16 on dot products: depth
-    pairs side by side, ``in`` padded to even)."""
-    weight = weight.contiguous()
+    """``weight [out, in]`` in the kernel's panel layout (same dtype), ``out`` padded with zero rows
+    to whole 32-column panels; bf16 on dot products: depth pairs side by side, ``in`` padded to even."""
     out_features, in_features = weight.shape
+    padded = -(-out_features // LINEAR_PANEL) * LINEAR_PANEL
+    weight = F.pad(weight, (0, 0, 0, padded - out_features)).contiguous()
     if weight.dtype == torch.bfloat16 and bf16_pairs():
-        packed = torch.empty(out_features, (in_features + 1) // 2 * 2, dtype=torch.bfloat16)
-        load().bs_pack_linear_pairs(weight.data_ptr(), out_features, in_features, packed.data_ptr())
+        packed = torch.empty(padded, (in_features + 1) // 2 * 2, dtype=torch.bfloat16)
+        load().bs_pack_linear_pairs(weight.data_ptr(), padded, in_features, packed.data_ptr())
         return packed
     packed = torch.empty_like(weight)
-    load().bs_pack_linear(weight.data_ptr(), int(weight.dtype == torch.bfloat16), out_features, in_features,
+    load().bs_pack_linear(weight.data_ptr(), int(weight.dtype == torch.bfloat16), padded, in_features,
                           packed.data_ptr())
     return packed
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
-    """``x [rows, in]`` (fp32, any row stride) times the packed weight, plus ``bias``: fp32 ``[rows, out]``."""
+    """``x [rows, in]`` (fp32, any row stride) times the packed weight, plus ``bias`` (fp32, as long
+    as the packed rows): fp32 ``[rows, out]``."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
     rows, in_features = x.shape
-    out = torch.empty(rows, out_features)
+    padded = packed.shape[0]
+    out = torch.empty(rows, padded)
     library, bias_ptr, threads = load(), None if bias is None else bias.data_ptr(), torch.get_num_threads()
     if packed.dtype == torch.bfloat16 and bf16_pairs():
         status = library.bs_linear_bf16_pairs(x.data_ptr(), x.stride(0), packed.data_ptr(), bias_ptr, out.data_ptr(),
-                                              rows, out_features, in_features, threads)
+                                              rows, padded, in_features, threads)
         if status != 0:
             raise MemoryError("the bf16 linear kernel could not allocate its bf16 copy of x")
-        return out
-    library.bs_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), int(packed.dtype == torch.bfloat16), bias_ptr,
-                      out.data_ptr(), rows, out_features, in_features, threads)
-    return out
+    else:
+        library.bs_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), int(packed.dtype == torch.bfloat16), bias_ptr,
+                          out.data_ptr(), rows, padded, in_features, threads)
+    return out if padded == out_features else out[:, :out_features].contiguous()

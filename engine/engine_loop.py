@@ -25,7 +25,7 @@ from .request import Request
 from .request_stream import RequestStream
 
 log = logging.getLogger(__name__)
-RECONFIGURABLE = ("policy", "max_num_batched_tokens", "enable_chunked_prefill")
+RECONFIGURABLE = ("policy", "max_num_batched_tokens", "enable_chunked_prefill", "batch_invariant")
 
 
 class EngineDeadError(RuntimeError):

@@ -83,6 +83,8 @@ class ModelRunner:
         config = self.config
         backend = make_backend(config.attention_backend, config.block_size)
         why = backend.unsupported(attn.num_heads, attn.num_kv_heads, attn.head_dim, config.torch_dtype)
+        if why is not None and config.batch_invariant:
+            raise ValueError(f"batch_invariant=True needs the CPU kernels, which cannot run here: {why}")
         if why is not None:
             log.warning("attention backend %r cannot run here (%s): using 'torch'", backend.name, why)
             config.attention_backend = "torch"
@@ -140,6 +142,7 @@ class ModelRunner:
             input_ids, positions, layout = self.tensors(packed)
             graph = self._graph_for(packed, layout)
             if graph is None:
+                self.backend.batch_invariant = self.config.batch_invariant  # reconfigurable between steps
                 plan = self.backend.plan(layout, self.device)
                 logits_rows = torch.tensor(packed.logits_rows, dtype=torch.long, device=self.device)
         with timer.phase("forward", device_work=True):

@@ -164,7 +164,7 @@ class SoloChecker:
             self._wait_idle(deadline)
             output, alone = self._run_alone(run, params, solo_id, deadline)
         return SoloReport(request_id, solo_id, compare(run, output), alone,
-                          bool(getattr(self.llm.config, "batch_invariant", False)))
+                          self.llm.config.batch_invariant)
 
     def _wait_idle(self, deadline: float) -> None:
         while any(self.llm.counts().values()):

@@ -41,6 +41,18 @@ def test_batched_requests_are_reported_against_their_solo_runs(llm):
         print(out.request_id, len(prompts[outputs.index(out)]), report.summary, d)
 
 
+def test_with_batch_invariance_switched_on_every_batched_request_is_the_same_as_alone(llm):
+    llm.reconfigure(batch_invariant=True)  # a presenter's switch, from the next step
+    try:
+        prompts = [[(5 * i + 2 * j) % 900 + 5 for j in range(n)] for i, n in enumerate([3, 40, 9, 70, 17, 5])]
+        for out in batched(llm, prompts, GREEDY, "invariant"):
+            report = llm.solo_check(out.request_id)
+            assert report.batch_invariant and report.same, report.summary
+            assert report.summary == "same as alone (batch invariance on)"
+    finally:
+        llm.reconfigure(batch_invariant=False)
+
+
 def test_a_request_that_ran_alone_is_the_same_as_alone(llm):
     out = batched(llm, [[11, 12, 13, 14, 15]], GREEDY, "lonely")[0]
     report = llm.solo_check(out.request_id, solo_request_id="my-solo")

@@ -36,6 +36,7 @@ class AttentionBackend:
 
     def __init__(self, block_size: int):
         self.block_size = block_size
+        self.batch_invariant = False  # honoured by the CPU backend only (EngineConfig checks)
 
     def unsupported(self, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
         """Why this backend cannot run a model of these shapes here, or None."""

@@ -39,10 +39,9 @@ def _int32(values) -> torch.Tensor:
 class CpuKernelBackend(AttentionBackend):
     name = "cpu"
 
-    def __init__(self, block_size: int, batch_invariant: bool = False):
+    def __init__(self, block_size: int):
         super().__init__(block_size)
         self.library = cpu_kernels.load()
-        self.batch_invariant = batch_invariant  # every row alone, in one fixed order (no chunk path)
 
     def unsupported(self, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
         if self.library is None:

@@ -16,8 +16,8 @@ SmolLM2-135M's 121 linears on 2 threads, fp32: 1.8x oneDNN at 1 row, 1.5x at 8, 
 1.2x at 24, 1.1x at 64 and 1.05x at 256; bf16 on the CPU's bf16 dot products (AVX512-BF16):
 2.2x at 1 row, 1.8x at 8, 1.6x at 16, 1.2x at 24 and 64, 1.07x at 256 (and its output is not
 rounded to bf16). A row's result never depends on the other rows of the call. On a CPU without
-bf16 dot products, bf16 weights are widened to fp32 in registers, which beats oneDNN only up to
-8 rows; above that the layer uses oneDNN.
+bf16 dot products, bf16 weights are widened to fp32 in registers (faster than oneDNN up to 8
+rows, slower above: the price of one kernel whose rows never depend on each other).
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from torch import nn
 from .. import cpu_kernels
 
 PREPACK_DTYPES = (torch.float32, torch.bfloat16)
-BF16_KERNEL_MAX_ROWS = 8  # bf16 weights: the C kernel up to this many rows, oneDNN's above
 
 
 class PrepackedLinear(nn.Module):
@@ -74,21 +73,16 @@ def prepack_supported(dtype: torch.dtype) -> bool:
 
 class KernelLinear(nn.Module):
     """``F.linear`` through the C kernel (``cpu_kernels.linear``); fp32 inputs ``[rows, in]`` and
-    outputs. ``batch_invariant``: never hand a bf16 layer's large calls to oneDNN."""
+    outputs; a row's result never depends on the other rows of the call."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.packed = cpu_kernels.pack_linear(weight.detach())
-        self.bias = None if bias is None else bias.detach().float().contiguous()
-        self.large = None  # oneDNN's copy for large bf16 calls, on CPUs without bf16 dot products
-        if weight.dtype == torch.bfloat16 and not cpu_kernels.bf16_pairs() and prepack_supported(torch.bfloat16):
-            self.large = PrepackedLinear(weight, bias)
-        self.batch_invariant = False
+        padding = self.packed.shape[0] - self.out_features  # the kernel's panels are whole
+        self.bias = None if bias is None else F.pad(bias.detach().float(), (0, padding)).contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.large is not None and x.shape[0] > BF16_KERNEL_MAX_ROWS and not self.batch_invariant:
-            return self.large(x)
         return cpu_kernels.linear(x, self.packed, self.bias, self.out_features)
 
     def extra_repr(self) -> str:
@@ -96,8 +90,8 @@ class KernelLinear(nn.Module):
 
 
 def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, kernels: bool) -> nn.Module:
-    """The fastest CPU linear for this weight: the C kernel where it takes the shape, else oneDNN's,
-    else plain ``nn.Linear``-equivalent ``None`` (the caller keeps its layer)."""
+    """The CPU linear for this weight: the C kernel with the CPU kernels on, else oneDNN's where it
+    runs this dtype, else None (the caller keeps its ``nn.Linear``)."""
     if kernels and cpu_kernels.takes_linear(weight):
         return KernelLinear(weight, bias)
     if prepack_supported(weight.dtype):

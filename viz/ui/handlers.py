@@ -80,19 +80,19 @@ class DashboardHandlers:
                 self.strings.both("full_speed")
         return self._keyed(key, slow_down)
 
-    def apply(self, policy: str, budget: float, chunked: bool, key: str) -> str:
-        return self._keyed(key, lambda: self._reconfigure(policy, int(budget or 0), chunked))
+    def apply(self, policy: str, budget: float, chunked: bool, invariant: bool, key: str) -> str:
+        return self._keyed(key, lambda: self._reconfigure(policy, int(budget or 0), bool(chunked), bool(invariant)))
 
-    def _reconfigure(self, policy: str, budget: int, chunked: bool) -> str:
+    def _reconfigure(self, policy: str, budget: int, chunked: bool, invariant: bool) -> str:
         try:
-            self.llm.reconfigure(policy=policy, max_num_batched_tokens=budget,
-                                 enable_chunked_prefill=bool(chunked))
+            self.llm.reconfigure(policy=policy, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
+                                 batch_invariant=invariant)
         except ValueError as exc:
             gr.Warning(self.strings.both("not_applied", reason=exc))
             return self.strings.both("not_applied", reason=exc)
-        on_off = self.strings.both("on" if chunked else "off")
-        return self.strings.both("applied", policy=policy, chunked=on_off,
-                                 budget=effective_budget(self.llm, budget, bool(chunked)))
+        return self.strings.both("applied", policy=policy, chunked=self.strings.both("on" if chunked else "off"),
+                                 invariant=self.strings.both("on" if invariant else "off"),
+                                 budget=effective_budget(self.llm, budget, chunked))
 
     # ---- recording -------------------------------------------------------------------------
     def record(self, on: bool, key: str, request: gr.Request) -> tuple:

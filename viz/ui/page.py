@@ -53,6 +53,7 @@ class SteeringControls:
     policy: gr.Radio
     budget: gr.Number
     chunked: gr.Checkbox
+    invariant: gr.Checkbox
     apply: gr.Button
 
 
@@ -92,8 +93,8 @@ def _wire(demo: gr.Blocks, handlers: DashboardHandlers, firing: FiringControls,
         steer.step.click(handlers.step, key, status, api_name="step")
         steer.resume.click(handlers.resume, key, status, api_name="resume")
         steer.slow.release(handlers.slow, [steer.slow, key], status, api_name="slow")
-        steer.apply.click(handlers.apply, [steer.policy, steer.budget, steer.chunked, key], status,
-                          api_name="apply")
+        steer.apply.click(handlers.apply, [steer.policy, steer.budget, steer.chunked, steer.invariant, key],
+                          status, api_name="apply")
     presenter.record.input(handlers.record, [presenter.record, key],
                            [presenter.record, presenter.download, status], api_name="record")
     demo.unload(handlers.tab_closed)
@@ -144,8 +145,10 @@ def _steering_controls(config) -> SteeringControls:
     budget = gr.Number(value=config.max_num_batched_tokens, precision=0, minimum=1,
                        label=PAGE.both("token_budget"))
     chunked = gr.Checkbox(value=config.enable_chunked_prefill, label=PAGE.both("chunked_prefill"))
+    invariant = gr.Checkbox(value=config.batch_invariant, label=PAGE.both("batch_invariant"),
+                            interactive=config.attention_backend == "cpu", elem_id="bs-invariant")
     apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply")
-    return SteeringControls(pause, step, resume, slow, policy, budget, chunked, apply)
+    return SteeringControls(pause, step, resume, slow, policy, budget, chunked, invariant, apply)
 
 
 def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
