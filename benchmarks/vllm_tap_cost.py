@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import statistics
 import sys
@@ -124,16 +125,28 @@ def stop_all(servers: dict[str, launch.Server], dashboard: launch.Server) -> Non
     dashboard.stop()
 
 
-def measure(servers: dict[str, launch.Server], setting, rounds: int, vocab_size: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(servers: dict[str, launch.Server], dashboard: launch.Server, setting, rounds: int,
+            vocab_size: int) -> dict:
+    """The rounds, each run with the CPU seconds the dashboard spent meanwhile: on one machine they
+    are taken from vLLM's cores."""
     runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
     for variant in VARIANTS:  # warm-up: the first requests of a server are slower
         asyncio.run(run_workload(servers[variant].url, build("W1", setting, WARMUP_SEED, vocab_size)))
     for r in range(rounds):
         workload = build("W1", setting, 100 + r, vocab_size)
         for variant in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+            before = cpu_seconds(dashboard.process.pid)
             run = asyncio.run(run_workload(servers[variant].url, workload))
+            run["dashboard_cpu_s"] = round(cpu_seconds(dashboard.process.pid) - before, 2)
             runs[variant].append(run)
-            print(f"round {r} {variant:6}: {run['output_tok_s']:7.1f} tok/s ({run['seconds']:.1f} s)", flush=True)
+            print(f"round {r} {variant:6}: {run['output_tok_s']:7.1f} tok/s ({run['seconds']:.1f} s, dashboard "
+                  f"{run['dashboard_cpu_s']:.2f} CPU-s)", flush=True)
     paired = [t["output_tok_s"] / b["output_tok_s"] for b, t in zip(runs["bare"], runs["tapped"], strict=True)]
     medians = {v: statistics.median(run["output_tok_s"] for run in runs[v]) for v in VARIANTS}
     return {"runs": runs, "median_tok_s": medians, "paired_ratio": [round(p, 4) for p in paired],
@@ -153,7 +166,7 @@ def main() -> None:
     servers, dashboard = start_servers(setting, args.logs)
     viewer = Viewer(dashboard.url).start()
     try:
-        result = measure(servers, setting, args.rounds, vocab_size)
+        result = measure(servers, dashboard, setting, args.rounds, vocab_size)
         time.sleep(2)  # the viewer's last frames
     finally:
         viewer.stop()
