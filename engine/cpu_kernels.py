@@ -9,7 +9,9 @@ whose dispatch is most of their cost at decode sizes. ``paged_attention.c`` read
 in place through the block table (as vLLM's CPU attention does); ``elementwise.c`` fuses RMSNorm
 with its residual add, and SiLU with its product; ``gemm.c`` is a linear layer on weights packed
 in 32-column panels, and ``gemm_bf16.c`` its bf16 twin on the CPU's bf16 dot products
-(AVX512-BF16), both faster than oneDNN's at every row count measured (models/prepacked.py).
+(AVX512-BF16), both faster than oneDNN's at every row count measured (models/prepacked.py). Where
+the CPU has AMX tiles, bf16 layers run on them instead (``gemm_amx.c``), and so does the attention
+of bf16 prefill chunks (``attention_amx.c``, called by ``paged_attention.c``).
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
@@ -51,8 +53,15 @@ SIGNATURES = {
     "bs_linear_bf16_pairs_available": [],
     "bs_pack_linear_pairs": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_bf16_pairs": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
+    "bs_amx_available": [],
+    "bs_amx_depth": [I64],  # in features -> padded to whole tile rows
+    "bs_pack_linear_amx": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
+    "bs_linear_amx": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
 }
-RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs"}
+RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
+               "bs_linear_amx"}
+RETURNS_I64 = {"bs_amx_depth"}
+BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)
 
 
@@ -89,7 +98,8 @@ def load() -> ctypes.CDLL | None:
         return None
     for name, argtypes in SIGNATURES.items():
         function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, ctypes.c_int if name in RETURNS_INT else None
+        function.argtypes = argtypes
+        function.restype = ctypes.c_int if name in RETURNS_INT else I64 if name in RETURNS_I64 else None
     return library
 
 
@@ -132,18 +142,42 @@ def takes_linear(weight: torch.Tensor) -> bool:
     return load() is not None and weight.dtype in (torch.float32, torch.bfloat16) and weight.device.type == "cpu"
 
 
-def bf16_pairs() -> bool:
-    """Whether bf16 layers run on the CPU's bf16 dot products here (gemm_bf16.c)."""
-    return load() is not None and bool(load().bs_linear_bf16_pairs_available())
+def amx() -> bool:
+    """Whether the kernels may use AMX tiles here (the CPU has them, Linux granted the tile state)."""
+    return load() is not None and bool(load().bs_amx_available())
+
+
+@functools.cache
+def bf16_kernel() -> str:
+    """Which kernel runs bf16 layers here: ``amx`` (AMX tiles, gemm_amx.c), ``pairs`` (AVX512-BF16 dot
+    products, gemm_bf16.c) or ``widen`` (bf16 weights widened to fp32 in gemm.c): the fastest this
+    CPU and kernel allow, or ``BATCHSCOPE_BF16_KERNEL`` where that names one that runs here (tests
+    and benchmarks compare them). Measured over SmolLM2-135M's linears, 1 thread: AMX 1.6x oneDNN
+    at 1 row, 1.5x at 16, 1.4x at 24, 1.15x at 64, 1.2x at 256; the dot products fall behind oneDNN
+    from 8 rows on."""
+    library = load()
+    runs = {"amx": amx(), "pairs": bool(library.bs_linear_bf16_pairs_available()),
+            "widen": True}
+    wanted = os.environ.get("BATCHSCOPE_BF16_KERNEL")
+    if wanted is not None and not runs.get(wanted):
+        raise ValueError(f"BATCHSCOPE_BF16_KERNEL={wanted!r} does not run here; here: "
+                         f"{[name for name in BF16_KERNELS if runs[name]]}")
+    return wanted or next(name for name in BF16_KERNELS if runs[name])
 
 
 def pack_linear(weight: torch.Tensor) -> torch.Tensor:
     """``weight [out, in]`` in the kernel's panel layout (same dtype), ``out`` padded with zero rows
-    to whole 32-column panels; bf16 on dot products: depth pairs side by side, ``in`` padded to even."""
+    to whole 32-column panels; bf16 on dot products: depth pairs side by side, ``in`` padded to even;
+    bf16 on AMX: tiles in pair layout, ``in`` padded to a multiple of 32."""
     out_features, in_features = weight.shape
     padded = -(-out_features // LINEAR_PANEL) * LINEAR_PANEL
     weight = F.pad(weight, (0, 0, 0, padded - out_features)).contiguous()
-    if weight.dtype == torch.bfloat16 and bf16_pairs():
+    kernel = bf16_kernel() if weight.dtype == torch.bfloat16 else "widen"
+    if kernel == "amx":
+        packed = torch.empty(padded, load().bs_amx_depth(in_features), dtype=torch.bfloat16)
+        load().bs_pack_linear_amx(weight.data_ptr(), padded, in_features, packed.data_ptr())
+        return packed
+    if kernel == "pairs":
         packed = torch.empty(padded, (in_features + 1) // 2 * 2, dtype=torch.bfloat16)
         load().bs_pack_linear_pairs(weight.data_ptr(), padded, in_features, packed.data_ptr())
         return packed
@@ -162,10 +196,11 @@ def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out
     padded = packed.shape[0]
     out = torch.empty(rows, padded)
     library, bias_ptr, threads = load(), None if bias is None else bias.data_ptr(), torch.get_num_threads()
-    if packed.dtype == torch.bfloat16 and bf16_pairs():
-        status = library.bs_linear_bf16_pairs(x.data_ptr(), x.stride(0), packed.data_ptr(), bias_ptr, out.data_ptr(),
-                                              rows, padded, in_features, threads)
-        if status != 0:
+    kernel = bf16_kernel() if packed.dtype == torch.bfloat16 else "widen"
+    if kernel != "widen":
+        call = library.bs_linear_amx if kernel == "amx" else library.bs_linear_bf16_pairs
+        if call(x.data_ptr(), x.stride(0), packed.data_ptr(), bias_ptr, out.data_ptr(), rows, padded, in_features,
+                threads) != 0:
             raise MemoryError("the bf16 linear kernel could not allocate its bf16 copy of x")
     else:
         library.bs_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), int(packed.dtype == torch.bfloat16), bias_ptr,

@@ -18,13 +18,6 @@
 
 int bs_linear_bf16_pairs_available(void) { return 1; }
 
-static inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  /* NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *packed) {
     const int64_t pairs = (k + 1) / 2;
     for (int64_t col = 0; col < n; col++)

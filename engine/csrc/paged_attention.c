@@ -17,19 +17,11 @@
  */
 #include <stdlib.h>
 
+#include "attention.h"
 #include "vec.h"
 
 #define MAX_HEADS 128
 #define MAX_DIM 256
-
-typedef struct {
-    const float *q;
-    int64_t q_stride;
-    float *out;
-    const void *k_cache, *v_cache;
-    int heads, kv_heads, dim, block_size;
-    float scale;
-} Args;
 
 /* A thread's scratch: the row's scaled queries and accumulators (heads x dim), and each head's
  * scores (then weights) for every key, heads x stride. */
@@ -218,6 +210,12 @@ static void attend_rows_bf16(const Args *a, const int32_t *t, int64_t row0, int 
     attend_rows(a, t, row0, rows, pos0, sc, 1);
 }
 
+int bs_amx_available(void);
+#define AMX_MIN_ROWS 16
+
+/* Whether segment s goes to the AMX prefill kernel (attention_amx.c) instead of this file's paths. */
+static inline int on_tiles(int amx, const int32_t *row_count, int s) { return amx && row_count[s] >= AMX_MIN_ROWS; }
+
 /* 0 on success; -1 for shapes this kernel does not take (the caller falls back); -2 out of memory. */
 int bs_paged_attention(const float *q, int64_t q_stride, float *out, const void *k_cache, const void *v_cache, int bf16,
                        const int32_t *row_start, const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
@@ -228,13 +226,25 @@ int bs_paged_attention(const float *q, int64_t q_stride, float *out, const void 
     Args a = {q, q_stride, out, k_cache, v_cache, heads, kv_heads, dim, block_size, scale};
     void (*attend_row)(const Args *, const int32_t *, int64_t, int64_t, Scratch *) = bf16 ? attend_bf16 : attend_f32;
     void (*many)(const Args *, const int32_t *, int64_t, int, int64_t, Scratch *) = bf16 ? attend_rows_bf16 : attend_rows_f32;
+    const int amx = bf16 && !invariant && dim % 32 == 0 && bs_amx_available();
     int64_t num_items = 0;
     for (int s = 0; s < num_segments; s++) num_items += (row_count[s] + MULTI_ROWS - 1) / MULTI_ROWS;
     int64_t *items = malloc(sizeof(int64_t) * 2 * (num_items + 1));
-    if (!items) return -2;
+    int32_t *tiled = malloc(sizeof(int32_t) * (num_segments + 1));
+    if (!items || !tiled) return free(items), free(tiled), -2;
     int64_t n = 0;
-    for (int s = 0; s < num_segments; s++)
+    int num_tiled = 0;
+    for (int s = 0; s < num_segments; s++) {
+        if (on_tiles(amx, row_count, s)) {
+            tiled[num_tiled++] = s;
+            continue;
+        }
         for (int r = row_start[s]; r < row_start[s] + row_count[s]; r += MULTI_ROWS) items[2 * n] = s, items[2 * n + 1] = r, n++;
+    }
+    int status = num_tiled ? bs_prefill_attention_amx(&a, tiled, num_tiled, row_start, row_count, num_cached, tables,
+                                                      table_stride, max_keys, num_threads) : 0;
+    free(tiled);
+    if (status != 0) return free(items), status;
     int failed = 0;
 #pragma omp parallel num_threads(num_threads)
     {

@@ -40,6 +40,14 @@ static inline vf vmaxf(vf a, vf b) {
 
 static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
+/* fp32 to bf16 bits, to nearest even (NaN stays NaN). */
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 /* Lane k of the result is the sum of the lanes of d[k]: a transpose-and-add tree, 45 vector
  * operations for 16 dot products instead of 16 horizontal sums. */
 static inline vf reduce16(const vf *d) {

@@ -1,0 +1,32 @@
+/* What the AMX kernels share (gemm_amx.c, attention_amx.c): the tile configuration, the process's
+ * permission to use tiles, and fp32 -> bf16 rounding with the CPU's conversion instruction (every
+ * CPU with AMX has AVX512-BF16). Included only where the compiler targets AMX. */
+#ifndef BATCHSCOPE_AMX_H
+#define BATCHSCOPE_AMX_H
+#include <immintrin.h>
+
+#include "vec.h"
+
+int bs_amx_available(void);
+
+/* LDTILECFG's 64-byte operand (palette 1). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileConfig;
+
+/* Tiles 0-7 of 64-byte rows, tile t with rows[t] rows (0 -> 1: an unused tile still needs a shape). */
+static inline void configure_tiles(const int rows[8]) {
+    TileConfig cfg = {0};
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = rows[t] ? rows[t] : 1, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+}
+
+/* 16 floats to bf16, to nearest even. */
+static inline void store_bf16(uint16_t *dst, vf v) {
+    _mm256_storeu_si256((__m256i *)dst, (__m256i)_mm512_cvtneps_pbh((__m512)v));
+}
+
+#endif

@@ -1,0 +1,221 @@
+/* Prefill chunks' attention on AMX tiles, for bf16 KV caches (paged_attention.c calls it for the
+ * segments with many rows when the CPU has AMX and the call need not be batch invariant).
+ *
+ * Per segment and kv head, the keys and values the chunk needs are first laid out once in the tile
+ * instruction's pair layout (keys: for every two dims, each key's pair side by side; values: for
+ * every two keys, each dim's pair side by side), then every 32-row block of every query head of
+ * that kv head runs in two passes:
+ *   scores   S = bf16(q * scale) . K^T  (32 rows x 32 keys a time: four 16 x 16 fp32 tiles),
+ *   softmax  row by row in fp32 (causal mask, max, exp, sum), the weights rounded to bf16,
+ *   values   O = P . V (16 rows x 64 dims a time: four tiles), divided by the row's sum.
+ * As flash-attn does in bf16, queries and softmax weights go through the tiles in bf16 and every
+ * product is accumulated in fp32. Rows past the chunk's end are zeros in the tiles and never stored.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "vec.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <omp.h>
+
+#include "amx.h"
+
+#define ROWS 32   /* query rows per block: two tile rows */
+#define KEYS 32   /* keys per score block, and per value tile (16 pairs) */
+#define DEPTH 32  /* bf16 per tile row */
+
+/* One segment's keys and values for one kv head, in pair layout, keys padded with zeros to whole
+ * blocks of 32: kt [key blocks][dim / 32][2 key tiles][16 pairs][16 keys][2],
+ * vt [key blocks][dim / 16][16 key pairs][16 dims][2]. */
+typedef struct {
+    uint16_t *kt, *vt;
+    int64_t keys;  /* the segment's keys (cached + this chunk) */
+    int64_t first_row, rows, pos0;
+    const int32_t *table;
+    int kv_head;
+} Lane;
+
+static const uint16_t *cache_row(const Args *c, const void *cache, const int32_t *table, int64_t j, int kv_head) {
+    int64_t slot = (int64_t)table[j / c->block_size] * c->block_size + j % c->block_size;
+    return (const uint16_t *)cache + (slot * c->kv_heads + kv_head) * c->dim;
+}
+
+static void lay_out(const Args *c, const Lane *l) {
+    const int64_t blocks = (l->keys + KEYS - 1) / KEYS, dim = c->dim;
+    memset(l->kt, 0, sizeof(uint16_t) * blocks * KEYS * dim);
+    memset(l->vt, 0, sizeof(uint16_t) * blocks * KEYS * dim);
+    for (int64_t j = 0; j < l->keys; j++) {
+        const uint16_t *k = cache_row(c, c->k_cache, l->table, j, l->kv_head);
+        const uint16_t *v = cache_row(c, c->v_cache, l->table, j, l->kv_head);
+        int64_t b = j / KEYS, key = j % KEYS;
+        for (int d = 0; d < dim; d++) {
+            /* kt: block b, depth block d / 32, key tile key / 16, pair (d % 32) / 2, key % 16, d % 2 */
+            l->kt[(((b * (dim / DEPTH) + d / DEPTH) * 2 + key / 16) * 16 + (d % DEPTH) / 2) * 32 + (key % 16) * 2 + d % 2] = k[d];
+            /* vt: block b, dim tile d / 16, pair key / 2, d % 16, key % 2 */
+            l->vt[((b * (dim / 16) + d / 16) * 16 + key / 2) * 32 + (d % 16) * 2 + key % 2] = v[d];
+        }
+    }
+}
+
+/* Scratch of one thread: a block's queries (bf16), scores (fp32), weights (bf16), a tile's output. */
+typedef struct {
+    uint16_t *q, *p;
+    float *s, *o;
+    int64_t width;  /* keys per score row: the longest segment's, in whole blocks */
+} Scratch;
+
+static void scores(const Args *c, const Lane *l, const Scratch *sc, int64_t nkeys) {
+    const int depth_blocks = c->dim / DEPTH;
+    for (int64_t b = 0; b < nkeys / KEYS; b++) {
+        _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+        for (int db = 0; db < depth_blocks; db++) {
+            const uint16_t *kt = l->kt + (b * depth_blocks + db) * 2 * 512;
+            _tile_loadd(4, sc->q + db * DEPTH, c->dim * 2);
+            _tile_loadd(5, sc->q + 16 * c->dim + db * DEPTH, c->dim * 2);
+            _tile_loadd(6, kt, 64);
+            _tile_loadd(7, kt + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        float *s = sc->s + b * KEYS;
+        _tile_stored(0, s, sc->width * 4);
+        _tile_stored(1, s + 16, sc->width * 4);
+        _tile_stored(2, s + 16 * sc->width, sc->width * 4);
+        _tile_stored(3, s + 16 * sc->width + 16, sc->width * 4);
+    }
+}
+
+/* Row i (at position pos) of the scores into bf16 weights exp(s - max) over its visible keys; returns
+ * their sum. Keys past pos (and the block's padding) get weight 0. */
+static float softmax_row(const Scratch *sc, int i, int64_t pos, int64_t nkeys) {
+    float *s = sc->s + i * sc->width;
+    uint16_t *p = sc->p + i * sc->width;
+    for (int64_t j = pos + 1; j < nkeys; j++) s[j] = -3.4e38f;
+    vf max = (vf){0} - 3.4e38f, total = {0};
+    for (int64_t j = 0; j < nkeys; j += LANES) max = vmaxf(load(s + j), max);
+    float m = -3.4e38f;
+    for (int k = 0; k < LANES; k++) m = max[k] > m ? max[k] : m;
+    for (int64_t j = 0; j < nkeys; j += LANES) {
+        vf w = vexp(load(s + j) - m);
+        total += w;
+        store_bf16(p + j, w);
+    }
+    return hsum(total);
+}
+
+/* Rows [half * 16, half * 16 + 16) of the block whose first row is `row0`: O = P . V for dims
+ * [d0, d0 + 64), each row divided by its sum (times `inv`) into out. */
+static void weigh_values(const Args *c, const Lane *l, const Scratch *sc, int64_t nkeys, int half, int d0,
+                         int rows, const float *inv, int64_t row0, int head) {
+    const int dim_tiles = c->dim / 16, tiles = c->dim - d0 < 64 ? (c->dim - d0) / 16 : 4;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t b = 0; b < nkeys / KEYS; b++) {
+        _tile_loadd(4, sc->p + half * 16 * sc->width + b * KEYS, sc->width * 2);
+        const uint16_t *vt = l->vt + (b * dim_tiles + d0 / 16) * 512;
+        _tile_loadd(6, vt, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (tiles > 1) {
+            _tile_loadd(7, vt + 512, 64);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (tiles > 2) {
+            _tile_loadd(6, vt + 1024, 64);
+            _tile_dpbf16ps(2, 4, 6);
+        }
+        if (tiles > 3) {
+            _tile_loadd(7, vt + 1536, 64);
+            _tile_dpbf16ps(3, 4, 7);
+        }
+    }
+    _tile_stored(0, sc->o, 256);
+    _tile_stored(1, sc->o + 16, 256);
+    _tile_stored(2, sc->o + 32, 256);
+    _tile_stored(3, sc->o + 48, 256);
+    for (int i = 0; i < rows; i++) {
+        float *dst = c->out + ((row0 + half * 16 + i) * c->heads + head) * c->dim + d0;
+        for (int t = 0; t < tiles; t++) store(dst + t * 16, load(sc->o + i * 64 + t * 16) * inv[half * 16 + i]);
+    }
+}
+
+/* One 32-row block (rows r0.. of the lane) of query head `head`. */
+static void attend_block(const Args *c, const Lane *l, const Scratch *sc, int head, int64_t r0) {
+    const int rows = l->rows - r0 < ROWS ? (int)(l->rows - r0) : ROWS;
+    const int64_t last_pos = l->pos0 + r0 + rows - 1, nkeys = (last_pos + KEYS) / KEYS * KEYS;
+    for (int i = 0; i < ROWS; i++)
+        for (int d = 0; d < c->dim; d += LANES) {
+            const float *src = c->q + (l->first_row + r0 + i) * c->q_stride + head * c->dim + d;
+            store_bf16(sc->q + i * c->dim + d, i < rows ? load(src) * c->scale : (vf){0});
+        }
+    scores(c, l, sc, nkeys);
+    float inv[ROWS];
+    for (int i = 0; i < ROWS; i++) inv[i] = i < rows ? 1.0f / softmax_row(sc, i, l->pos0 + r0 + i, nkeys) : 0.0f;
+    for (int i = rows; i < ROWS; i++) memset(sc->p + i * sc->width, 0, sizeof(uint16_t) * nkeys);
+    for (int half = 0; half * 16 < rows; half++)
+        for (int d0 = 0; d0 < c->dim; d0 += 64)
+            weigh_values(c, l, sc, nkeys, half, d0, rows - half * 16 < 16 ? rows - half * 16 : 16, inv,
+                         l->first_row + r0, head);
+}
+
+/* attention.h; 0, or -2 out of memory. */
+int bs_prefill_attention_amx(const Args *a, const int32_t *segments, int count, const int32_t *row_start,
+                             const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
+                             int64_t table_stride, int max_keys, int num_threads) {
+    const Args c = *a;
+    const int heads = c.heads, kv_heads = c.kv_heads, dim = c.dim;
+    const int64_t width = (max_keys + KEYS - 1) / KEYS * KEYS, lanes = (int64_t)count * kv_heads;
+    Lane *lane = calloc(lanes, sizeof(Lane));
+    uint16_t *layout = malloc(sizeof(uint16_t) * 2 * width * dim * lanes);
+    int64_t items = 0;
+    if (!lane || !layout) return free(lane), free(layout), -2;
+    for (int64_t i = 0; i < lanes; i++) {
+        int s = segments[i / kv_heads];
+        lane[i] = (Lane){layout + 2 * width * dim * i, layout + (2 * i + 1) * width * dim, num_cached[s] + row_count[s],
+                         row_start[s], row_count[s], num_cached[s], tables + s * table_stride, (int)(i % kv_heads)};
+        items += (row_count[s] + ROWS - 1) / ROWS * (heads / kv_heads);
+    }
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads)
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < lanes; i++) lay_out(&c, &lane[i]);
+        Scratch sc = {aligned_alloc(64, sizeof(uint16_t) * ROWS * dim), aligned_alloc(64, sizeof(uint16_t) * ROWS * width),
+                      aligned_alloc(64, sizeof(float) * ROWS * width), aligned_alloc(64, sizeof(float) * 16 * 64), width};
+        if (!sc.q || !sc.p || !sc.s || !sc.o) failed = 1;
+        else configure_tiles((const int[8]){16, 16, 16, 16, 16, 16, 16, 16});
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < items; item++) {
+            if (failed) continue;
+            int64_t k = item, i = 0;  /* item -> (lane, query head of its group, row block) */
+            const int group = heads / kv_heads;
+            while (k >= (lane[i].rows + ROWS - 1) / ROWS * group) k -= (lane[i].rows + ROWS - 1) / ROWS * group, i++;
+            const int blocks = (int)((lane[i].rows + ROWS - 1) / ROWS);
+            attend_block(&c, &lane[i], &sc, lane[i].kv_head * group + (int)(k / blocks), (k % blocks) * ROWS);
+        }
+        if (sc.q && sc.p && sc.s && sc.o) _tile_release();
+        free(sc.q), free(sc.p), free(sc.s), free(sc.o);
+    }
+    free(lane), free(layout);
+    return failed ? -2 : 0;
+}
+
+#else
+
+int bs_prefill_attention_amx(const Args *a, const int32_t *segments, int count, const int32_t *row_start,
+                             const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
+                             int64_t table_stride, int max_keys, int num_threads) {
+    (void)a, (void)segments, (void)count, (void)row_start, (void)row_count, (void)num_cached, (void)tables;
+    (void)table_stride, (void)max_keys, (void)num_threads;
+    return -1;
+}
+
+#endif
