@@ -7,23 +7,13 @@ import json
 import httpx
 import pytest
 
-from engine import AsyncLLM, SamplingParams
+from engine import SamplingParams
 from serve.limits import ApiLimits
 
 from api_server import api_url, running_llm
+from support.faults import kill_on_next_step
 
 TIMEOUT = httpx.Timeout(30.0)
-
-
-class Fatal(BaseException):
-    """Nothing in the engine's loop handles this: the thread dies."""
-
-
-def kill_on_next_step(llm: AsyncLLM, monkeypatch) -> None:
-    def crash():
-        raise Fatal("the engine thread was killed")
-
-    monkeypatch.setattr(llm.engine, "step", crash)
 
 
 @pytest.fixture

@@ -48,24 +48,30 @@ def test_waiting_gauge_counts_requests_as_soon_as_they_are_handed_over(url, llm)
     assert (waiting, running) == (3, 0)
 
 
-def test_token_id_prompts_are_not_decoded_on_the_event_loop(url, llm, monkeypatch):
+@pytest.mark.parametrize("method, path, body", [
+    ("decode", "/v1/completions", {"prompt": [5, 6, 7] * 50}),  # token ids: decoded for the text
+    ("encode", "/v1/completions", {"prompt": "Why do we batch requests? " * 20}),
+    ("apply_chat_template", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "Why do we batch requests? " * 20}]}),
+], ids=["token ids", "text", "chat"])
+def test_api_prompts_are_prepared_off_the_event_loop(url, llm, monkeypatch, method, path, body):
+    """Tokenizing (or decoding) a long prompt takes a while: never on the server's event loop."""
     tokenizer = llm.tokenizer
-    decode = tokenizer.decode
-    on_loop = []
+    original = getattr(tokenizer, method)
+    on_loop = []  # one entry per call: was an event loop running on the calling thread?
 
     def checked(*args, **kwargs):
         try:
             asyncio.get_running_loop()
-            on_loop.append(args)
+            on_loop.append(True)
         except RuntimeError:
-            pass
-        return decode(*args, **kwargs)
+            on_loop.append(False)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(tokenizer, "decode", checked)
-    response = httpx.post(f"{url}/v1/completions", json={"prompt": [5, 6, 7] * 50, "max_tokens": 2},
-                          timeout=TIMEOUT)
+    monkeypatch.setattr(tokenizer, method, checked)
+    response = httpx.post(f"{url}{path}", json={**body, "max_tokens": 2}, timeout=TIMEOUT)
     assert response.status_code == 200
-    assert on_loop == []
+    assert on_loop and not any(on_loop), on_loop
 
 
 class CountingSource:

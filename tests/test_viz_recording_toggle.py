@@ -2,7 +2,9 @@
 its files removed, and behind the presenter key like the other presenter controls."""
 from __future__ import annotations
 
+import gzip
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -44,24 +46,47 @@ def test_closing_the_tab_stops_its_recording_and_deletes_the_file(served):
     client.close()
 
 
-def test_a_recording_stops_itself_at_its_cap_and_the_file_is_complete(tiny_model_dir, tmp_path):
+def capped_recording(model_dir: str, directory, limits) -> Path:
+    """A tab's recording under ``limits`` of an 8-step request; returns its file once the
+    recording stopped by itself (it stays downloadable)."""
     from engine import AsyncLLM, SamplingParams
     from viz.live.hub import TelemetryHub
     from viz.traces.recording import Recorder
-    from viz.traces.trace import TraceLimits, load_trace
 
-    llm = AsyncLLM(tiny_model_dir, num_kv_blocks=64)
+    llm = AsyncLLM(model_dir, num_kv_blocks=64)
     try:
         llm.wait_ready(120)
-        recorder = Recorder(llm, TelemetryHub(), tmp_path, TraceLimits(max_records=3))
+        recorder = Recorder(llm, TelemetryHub(), directory, limits)
         path = recorder.start("tab-1", "alice")
         llm.add_request("a prompt", SamplingParams(max_tokens=8, ignore_eos=True)).collect()
         assert wait_until(lambda: not recorder.recording)
-        assert recorder.stop("tab-1") == path  # still downloadable
-        trace = load_trace(path)
-        assert len(trace.records) == 3 and trace.header["text"] == "own"
+        assert recorder.stop("tab-1") == path
+        return path
     finally:
         llm.shutdown()
+
+
+def test_a_recording_stops_itself_at_its_cap_and_the_file_is_complete(tiny_model_dir, tmp_path):
+    from viz.traces.trace import TraceLimits, load_trace
+
+    trace = load_trace(capped_recording(tiny_model_dir, tmp_path, TraceLimits(max_records=3)))
+    assert len(trace.records) == 3 and trace.header["text"] == "own"
+
+
+def test_a_recording_stops_itself_at_its_size_cap_and_the_file_is_complete(tiny_model_dir, tmp_path):
+    """The size cap (256 MiB for a tab) counts the JSON written: the recording ends at the
+    first entry that reaches it, with an end line; a small cap stands in for the real one."""
+    from viz.traces.recording import TAB_LIMITS
+    from viz.traces.trace import TraceLimits, load_trace
+
+    assert TAB_LIMITS.max_bytes == 256 * 2**20
+    cap = 6000  # a header (~1.5 kB) and a few of the tiny model's records (~1.4 kB each)
+    path = capped_recording(tiny_model_dir, tmp_path, TraceLimits(max_bytes=cap))
+    trace = load_trace(path)
+    assert 0 < len(trace.records) < 8 and trace.header["text"] == "own"
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        sizes = [len(line) for line in lines][:-1]  # the end line comes after the cap
+    assert sum(sizes[:-1]) < cap <= sum(sizes)
 
 
 def visitor(server: BackgroundServer):

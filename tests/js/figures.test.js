@@ -186,8 +186,10 @@ test("empty views say so in the viewer's language", () => {
   }
 });
 
-test("zoom and pan survive redraws: every figure sets uirevision", () => {
+test("zoom and pan survive redraws: every figure keeps one uirevision from step to step", () => {
   for (const build of [tokenLayout, blockTables, attention, timing]) {
-    assert.ok(build(windows[30], view()).layout.uirevision);
+    const revision = build(windows[30], view()).layout.uirevision;
+    assert.ok(revision);
+    assert.equal(build(windows[31], view()).layout.uirevision, revision);
   }
 });
