@@ -28,6 +28,9 @@
 
 #define PANEL 32
 #define DEPTH 32  /* bf16 depths per tile row: 64 bytes */
+/* Depth blocks ahead whose weight tiles are prefetched (4 KB): 1 thread over SmolLM2-135M's weights
+ * from DRAM, 1.4x at 1 and 13 rows, 1.5x at 24, 1.1x at 256. */
+#define PREFETCH 2
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -83,6 +86,7 @@ static void panel_rows(const uint16_t *xb, int64_t kp, const uint16_t *panel, fl
     }
     for (int64_t b = 0; b < blocks; b++) {
         const uint16_t *w = panel + b * 1024;
+        for (int line = 0; line < 32; line++) __builtin_prefetch((const char *)(w + PREFETCH * 1024) + line * 64);
         _tile_loadd(6, w, 64);
         _tile_loadd(7, w + 512, 64);
         _tile_loadd(4, xb + b * DEPTH, x_stride);
