@@ -268,6 +268,9 @@ BATCHSCOPE_CONFIGS = {
     # bs_mixed with every step eager: what the decode CUDA graphs buy (GPU only, see below)
     "bs_mixed_eager": _MIXED | dict(cuda_graphs=False),
     "bs_mixed_bf16": _MIXED | dict(dtype="bfloat16"),  # bf16 weights and activations
+    # a row's logits the same bits whatever its batch (EngineConfig.batch_invariant): what it costs
+    "bs_mixed_invariant": _MIXED | dict(batch_invariant=True),
+    "bs_mixed_bf16_invariant": _MIXED | dict(dtype="bfloat16", batch_invariant=True),
 }
 GPU_ONLY_PEERS = ("bs_mixed_eager",)  # on CPU it is bs_mixed itself
 HF_PEERS = {"hf_generate": HFGeneratePeer, "hf_generate_batch": HFGenerateBatchPeer}
@@ -276,7 +279,7 @@ VLLM_PEERS = {"vllm_cpu": None, "vllm_cpu_bf16": "bfloat16"}  # None: the run's 
 LLAMA_CPP_PEERS = {"llama_cpp_f32": "f32", "llama_cpp_f16": "f16", "llama_cpp_q4_1": "q4_1"}
 PEERS = (*HF_PEERS, *BATCHSCOPE_CONFIGS, *VLLM_PEERS, *LLAMA_CPP_PEERS)
 # Opt-in (--peers): they need their own venv or binary, the default model, and minutes to start.
-OPT_IN_PEERS = ("bs_mixed_bf16", *VLLM_PEERS, *LLAMA_CPP_PEERS)
+OPT_IN_PEERS = ("bs_mixed_bf16", "bs_mixed_invariant", "bs_mixed_bf16_invariant", *VLLM_PEERS, *LLAMA_CPP_PEERS)
 
 
 def make_peer(name: str, ctx: PeerContext, threads: int = 1):

@@ -25,6 +25,8 @@ ENGINE_PAIRS = (
     ("bs_mixed", "llama_cpp_f32", 1.0), ("bs_mixed_bf16", "llama_cpp_f16", 1.0),
     ("bs_mixed_bf16", "llama_cpp_q4_1", 1.0),
 )
+# What batch invariance costs (EngineConfig.batch_invariant): reported beside the engines, no goal.
+INVARIANCE_PAIRS = (("bs_mixed_invariant", "bs_mixed"), ("bs_mixed_bf16_invariant", "bs_mixed_bf16"))
 
 
 def machine_info(threads: int) -> dict:
@@ -93,10 +95,11 @@ def engines_tables(results: dict) -> str:
             engine = f"{i.get('engine', '?')} {i.get('version', '')}".strip()
             lines.append(f"| {peer} | {engine} | {i.get('precision', '?')} | {_spread(p['repeats_output_tok_s'])} "
                          f"| {p['repeats_output_tok_s']} |")
-        pairs = [(o, t, paired_ratios(results, name, o, t)) for o, t, _ in ENGINE_PAIRS]
+        pairs = [(o, t, paired_ratios(results, name, o, t))
+                 for o, t in [pair[:2] for pair in ENGINE_PAIRS] + list(INVARIANCE_PAIRS)]
         pairs = [x for x in pairs if x[2]]
         if pairs:
-            lines += ["", "| Batchscope / engine (paired by repeat) | ratio median [min-max] |", "|---|---|"]
+            lines += ["", "| Batchscope / peer (paired by repeat) | ratio median [min-max] |", "|---|---|"]
             lines += [f"| {o} / {t} | {_spread(r)} |" for o, t, r in pairs]
         lines.append("")
     for peer, reason in results.get("missing", {}).items():
