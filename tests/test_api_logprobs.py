@@ -1,6 +1,7 @@
 """OpenAI log-probabilities over a loopback server: the official client parses completions'
-``logprobs`` and chat's ``logprobs``/``top_logprobs``, streamed and whole; the values equal
-transformers' log-softmax of its own logits (fp32) for greedy prompts; bad values are 400s."""
+``logprobs`` and chat's ``logprobs``/``top_logprobs``, streamed and whole; the values, and the
+top tokens, equal transformers' log-softmax of its own logits (fp32) for greedy prompts, and the
+streamed ones the whole ones; bad values are 400s."""
 from __future__ import annotations
 
 import httpx
@@ -15,6 +16,7 @@ from api_server import api_url, running_llm
 from hf_reference import hf_greedy, load_hf
 
 TOP = 3
+NEAR_TIES = 8  # transformers' next best tokens, where a reported one may stand after a near-tie
 MAX_TOKENS = 6
 PROMPT = [5, 17, 300, 41, 9]
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
@@ -51,6 +53,25 @@ def close(values: list[float], expected: torch.Tensor) -> bool:
     return torch.allclose(torch.tensor(values), expected, atol=TOLERANCE, rtol=0)
 
 
+def assert_transformers_top(reported: list[tuple[str, float]], row: torch.Tensor, decode) -> None:
+    """``reported``: (token text, logprob) of the top tokens at one position, best first. They are
+    transformers' top ``len(reported)`` there (near-ties aside), each with transformers' logprob."""
+    assert reported and [v for _, v in reported] == sorted((v for _, v in reported), reverse=True)
+    candidates = row.topk(len(reported) + NEAR_TIES).indices.tolist()
+    ids = {decode([i]): i for i in reversed(candidates)}  # two ids of one text: the better one
+    kth_best = float(row.topk(len(reported)).values[-1])
+    for token, value in reported:
+        expected = float(row[ids[token]])
+        assert abs(expected - value) <= TOLERANCE and expected >= kth_best - TOLERANCE, (token, value, expected)
+
+
+def assert_same_top(streamed: list[list[tuple[str, float]]], whole: list[list[tuple[str, float]]]) -> None:
+    """The streamed top tokens are the whole response's, with its logprobs (the second run may
+    hit the prefix cache: equal up to reduction order)."""
+    assert [[token for token, _ in top] for top in streamed] == [[token for token, _ in top] for top in whole]
+    assert close([v for top in streamed for _, v in top], torch.tensor([v for top in whole for _, v in top]))
+
+
 def test_completion_logprobs_equal_transformers_streamed_and_whole(url, llm, hf):
     kwargs = dict(model="default", prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0, logprobs=TOP)
     whole = client(url).completions.create(**kwargs).choices[0]
@@ -58,10 +79,9 @@ def test_completion_logprobs_equal_transformers_streamed_and_whole(url, llm, hf)
     generated, expected = reference(hf, PROMPT, len(lp.tokens))
     assert lp.tokens == [llm.tokenizer.decode([t]) for t in generated]
     assert close(lp.token_logprobs, expected.max(dim=-1).values)
-    best = expected.topk(TOP).values
     for position, top in enumerate(lp.top_logprobs):
-        assert isinstance(top, dict) and 1 <= len(top) <= TOP + 1
-        assert all(bool((best[position] - v).abs().min() <= TOLERANCE) for v in top.values())
+        assert isinstance(top, dict) and len(top) == TOP  # greedy: the sampled token is in the top k
+        assert_transformers_top(list(top.items()), expected[position], llm.tokenizer.decode)
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
     assert "".join(lp.tokens) == whole.text
     chunks = [c.choices[0] for c in client(url).completions.create(**kwargs, stream=True)]
@@ -69,6 +89,8 @@ def test_completion_logprobs_equal_transformers_streamed_and_whole(url, llm, hf)
     assert [t for p in parts for t in p.tokens] == lp.tokens
     assert close([v for p in parts for v in p.token_logprobs], torch.tensor(lp.token_logprobs))
     assert [o for p in parts for o in p.text_offset] == lp.text_offset
+    assert_same_top([list(top.items()) for p in parts for top in p.top_logprobs],
+                    [list(top.items()) for top in lp.top_logprobs])
 
 
 def test_chat_logprobs_equal_transformers_streamed_and_whole(url, llm, hf):
@@ -83,12 +105,20 @@ def test_chat_logprobs_equal_transformers_streamed_and_whole(url, llm, hf):
     for position, entry in enumerate(content):
         assert len(entry.top_logprobs) == TOP
         assert close([t.logprob for t in entry.top_logprobs], expected[position].topk(TOP).values)
+        assert_transformers_top(pairs(entry.top_logprobs), expected[position], llm.tokenizer.decode)
         assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token
     chunks = list(client(url).chat.completions.create(**kwargs, stream=True))
     streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     # the second run may hit the prefix cache: same tokens, logprobs equal up to reduction order
     assert [(e.token, e.bytes) for e in streamed] == [(e.token, e.bytes) for e in content]
     assert close([e.logprob for e in streamed], torch.tensor([e.logprob for e in content]))
+    assert [[t.bytes for t in e.top_logprobs] for e in streamed] == [[t.bytes for t in e.top_logprobs] for e in content]
+    assert_same_top([pairs(e.top_logprobs) for e in streamed], [pairs(e.top_logprobs) for e in content])
+
+
+def pairs(top_logprobs) -> list[tuple[str, float]]:
+    """A chat token's ``top_logprobs`` as (token, logprob) pairs."""
+    return [(t.token, t.logprob) for t in top_logprobs]
 
 
 def test_chat_logprobs_without_top_give_the_sampled_token_alone(url):

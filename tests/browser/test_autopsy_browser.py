@@ -238,3 +238,29 @@ def test_in_a_replay_the_autopsy_shows_the_lane_up_to_the_step_on_screen(replay_
         assert drawn_lane(figure) == expected_lane(records[:11], "r2")  # its life so far, not beyond
         shown, want = ttft_shown(driver), expected_ttft(records, arrival, "r2")
         assert sum(shown["parts"].values()) == shown["total"] and abs(shown["total"] - want["total"]) <= 0.5 + 1e-6
+
+
+def test_a_vllm_trace_s_autopsy_in_replay_is_its_records(vllm_replay_server):
+    """The shipped vLLM trace played to its end: the article's three requests and a chat
+    question, each lane and TTFT against vLLM's records, and C's whole prefill beside A's and
+    B's decodes in its story."""
+    from selenium.webdriver.common.by import By
+
+    trace = load_trace(vllm_replay_server.trace)
+    records = trace.records
+    arrivals = {e["request_id"]: e["time"] for e in trace.events if e["kind"] == "arrival"}
+    article = next(r for r in records if r["num_rows"] == 102)
+    a, b, c = (s["request_id"] for s in article["segments"])
+    chat = next(rid for rid in arrivals if rid not in (a, b, c))
+    with chromium(*SIZES[1]) as driver:
+        driver.get(vllm_replay_server.url + "/")
+        wait_for(driver, lambda: (s := debug(driver)) and s["connected"] and s["lastStep"] >= 0, "the replay")
+        driver.find_element(By.ID, "bs-replay-play").click()  # at 1x: every step in frames of a few
+        wait_for(driver, lambda: debug(driver)["lastStep"] == records[-1]["step"], "the replay's last step")
+        for rid in (a, b, c, chat):
+            click_card(driver, rid)
+            check_autopsy(driver, records, arrivals[rid], rid)
+            if rid == c:
+                shared = [text for key, text in story(driver) if key == "autopsy.story_chunk_shared"]
+                assert shared and f"with {a} 1 + {b} 1 (102 rows in all)" in shared[0], shared
+            close(driver)

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, scrub, wait_for
+from chromium import HAVE_CHROMIUM, ROOT, chromium, debug, drawn, scrub, wait_for
 from live import fire, live_dashboard, open_page
-from truth import VIEWS
+from replay_app import VLLM_TRACE, replay_app
+from truth import VIEWS, assert_texts_readable
 
 from viz.traces.export import summarize, to_html_report
-from viz.traces.trace import load_trace
+from viz.traces.trace import load_trace, write_trace
 
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
 
@@ -101,6 +102,33 @@ def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
     assert steps[22] < paused_at < steps[-1]  # paused mid-trace, not at its end
     time.sleep(1.0)
     assert shown_step(browser) == paused_at
+
+
+def row_order_notes(driver) -> list[str] | None:
+    """The token layout's notes on its row order, once it draws a step (None before)."""
+    figure = drawn(driver, "drawnFigure", "bs-token-layout")
+    if not figure or not figure["traces"]:
+        return None
+    return [a["text"] for a in figure["annotations"] if "scheduler" in a["text"]]
+
+
+def test_rows_in_the_scheduler_s_order_are_said_so_in_the_token_layout(vllm_replay_server, browser, tmp_path):
+    """vLLM's records are in the order its model runner packed the rows: no note. The same
+    trace with every record in the scheduler's order (a runner that did not report its order):
+    the token layout says so beside its budget strip, readable at the page's size."""
+    browser.get(vllm_replay_server.url + "/")
+    packed = wait_for(browser, lambda: (notes := row_order_notes(browser)) is not None and [notes],
+                      "the first step drawn")
+    assert packed == [[]]
+    scheduled = load_trace(VLLM_TRACE)
+    for record in scheduled.records:
+        record["source"]["row_order"] = "scheduled"
+    write_trace(tmp_path / "scheduled.jsonl", scheduled)
+    with replay_app(tmp_path / "scheduled.jsonl", tmp_path) as server:
+        browser.get(server.url + "/")
+        notes = wait_for(browser, lambda: row_order_notes(browser), "the row-order note")
+        assert notes == ["rows in the scheduler's order · 行按调度器的顺序"]
+        assert_texts_readable(browser, "rows in the scheduler's order", ["bs-token-layout"])
 
 
 def test_html_report_draws_its_charts_offline(trace, tmp_path, browser):

@@ -1,10 +1,12 @@
-// Attach mode's header (app.py --vllm): which engine and version, waiting for it to connect,
-// disconnected, and the ingest's refusals and drops, in both languages.
+// Attach mode's header (app.py --vllm): which engine and version, its scheduling policy,
+// waiting for it to connect, disconnected, and the ingest's refusals and drops, in both languages.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { tokenLayout } from "../../assets/js/figures/token_layout.js";
 import { bannerView, statusParts } from "../../assets/js/header.js";
-import { t } from "./fixtures.js";
+import { plainText } from "../../assets/js/text_fit.js";
+import { loadTrace, STRINGS, t, view, VLLM_TRACE } from "./fixtures.js";
 
 const attached = (extra) => ({ source: "attach", state: "ready", model: "SmolLM2-135M-Instruct",
   engine: { name: "vllm", version: "0.32.0" }, counts: { pending: 0, waiting: 1, running: 2 },
@@ -18,6 +20,17 @@ test("the header names the attached engine and its version", () => {
   const local = statusParts({ source: "live", state: "ready", model: "m", engine: { name: "batchscope", version: "0.2.0" } },
     null, t(), "ws");
   assert.equal(local[1].text, "Batchscope 0.2.0");
+});
+
+test("vLLM's scheduling policy is named in words, in the header and the token layout's title", () => {
+  const record = loadTrace(VLLM_TRACE).records[5];
+  assert.equal(record.policy, "vllm-fcfs");
+  for (const lang of ["en", "zh"]) {
+    const words = STRINGS.views["policy.vllm-fcfs"][lang];
+    assert.equal(statusParts(attached(), record, t(lang), "ws").find((p) => p.part === "policy").text, words);
+    const title = plainText(tokenLayout([record], view({ lang, width: 900 })).layout.annotations[0].text);
+    assert.ok(title.includes(words) && !title.includes("policy."), title);
+  }
 });
 
 test("the ingest's refusals and drops are counted in the header", () => {

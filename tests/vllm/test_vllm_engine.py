@@ -25,6 +25,7 @@ class Run:
     records: list[dict]
     saved: Path  # the records as JSON Lines, as the plugin sent them
     audit: list[dict]
+    packed: list[list[dict]]  # per rank, per step: the rows the model runner packed
     outputs: list[dict]
 
 
@@ -45,11 +46,12 @@ def run_tp2(tmp_path_factory) -> Run:
 
 def run_vllm(model_dir: Path, tensor_parallel: int, tmp: Path) -> Run:
     python = require_plugin()
-    audit = tmp / "audit.jsonl"
+    audit, packed = tmp / "audit.jsonl", str(tmp / "packed{rank}.jsonl")
     bind = "|".join(str(core) for core in range(tensor_parallel))
     with Receiver(token=TOKEN) as receiver:
         env = {**os.environ, "BATCHSCOPE_INGEST": receiver.url, "BATCHSCOPE_INGEST_TOKEN": TOKEN,
-               "BATCHSCOPE_AUDIT": str(audit), "VLLM_CPU_KVCACHE_SPACE": "1",
+               "BATCHSCOPE_AUDIT": str(audit), "BATCHSCOPE_AUDIT_ROWS": packed,
+               "VLLM_CPU_KVCACHE_SPACE": "1",
                "VLLM_CPU_OMP_THREADS_BIND": "0-1" if tensor_parallel == 1 else bind,
                "PYTHONPATH": f"{PLUGIN_DIR}{os.pathsep}{HERE}"}
         command = [str(python), str(HERE / "vllm_driver.py"), str(model_dir), str(tensor_parallel)]
@@ -66,10 +68,14 @@ def run_vllm(model_dir: Path, tensor_parallel: int, tmp: Path) -> Run:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
     assert len(receiver.hellos) == 1
-    audit_lines = [json.loads(line) for line in audit.read_text().splitlines()]
     saved = tmp / "records.jsonl"
     saved.write_text("".join(json.dumps(r) + "\n" for r in receiver.records))
-    return Run(receiver.hellos[0], receiver.records, saved, audit_lines, outputs)
+    ranks = [_lines(Path(packed.format(rank=rank))) for rank in range(tensor_parallel)]
+    return Run(receiver.hellos[0], receiver.records, saved, _lines(audit), ranks, outputs)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def _outputs(proc: subprocess.Popen, log_path: Path) -> list[dict]:
@@ -113,6 +119,22 @@ def test_one_record_per_step_with_the_rows_the_scheduler_scheduled(any_run):
         assert record["num_rows"] == step["total"]
         assert {s["request_id"]: s["num_rows"] for s in record["segments"]} == step["num_scheduled"]
         assert record["source"]["row_order"] == "packed"
+
+
+def test_segments_are_in_the_order_the_model_runner_packed_its_rows(any_run):
+    """Every rank's model runner, as it built each step's inputs: its requests in row order and
+    their row offsets are the record's segments and cu_seqlens_q (the runner fills a finished
+    request's slot with its last request, so this order is not the scheduler's)."""
+    run = any_run
+    stepped = [r for r in run.records if r["num_rows"]]  # a step without rows runs no model
+    for rank in run.packed:
+        assert len(rank) == len(stepped)
+        for record, packed in zip(stepped, rank, strict=True):
+            assert [s["request_id"] for s in record["segments"]] == packed["req_ids"], f"step {record['step']}"
+            assert record["cu_seqlens_q"] == packed["query_start_loc"], f"step {record['step']}"
+    reordered = [r["step"] for r, step in zip(run.records, run.audit, strict=True)
+                 if [s["request_id"] for s in r["segments"]] != list(step["num_scheduled"])]
+    assert reordered, "no step packed its rows out of the scheduler's order: the check proves nothing"
 
 
 def test_block_tables_are_what_the_scheduler_sent_the_workers(any_run):

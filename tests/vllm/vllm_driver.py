@@ -1,9 +1,10 @@
 """Runs in .venv-vllm for the integration test: one offline vLLM run of a Llama model
 (argv: model directory, tensor parallel size) with the plugin on (BATCHSCOPE_INGEST in the
-environment), a small token budget so prefills are chunked and packed with decodes, and the
-audit scheduler. Prints ``OUTPUTS <json>`` once generation is done, then waits for a line on
-stdin (the test has all records) before exiting: the engine-core process is killed at
-shutdown, so the sender must have flushed by then."""
+environment), a small token budget so prefills are chunked and packed with decodes, the audit
+scheduler and the audit worker (the rows each step really packed). Prints ``OUTPUTS <json>``
+once generation is done, then waits for a line on stdin (the test has all records) before
+exiting: the engine-core process is killed at shutdown, so the sender must have flushed by
+then."""
 import json
 import sys
 
@@ -29,7 +30,7 @@ def main() -> None:
               tensor_parallel_size=tensor_parallel,
               dtype="float32", enforce_eager=True, seed=0, block_size=32,
               max_num_batched_tokens=64, max_num_seqs=8, max_model_len=512,
-              scheduler_cls="audit_scheduler.AuditScheduler")
+              scheduler_cls="audit_scheduler.AuditScheduler", worker_cls="audit_worker.AuditWorker")
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     outputs = llm.generate(PROMPTS, params, use_tqdm=False)
     result = [{"prompt_token_ids": list(o.prompt_token_ids),

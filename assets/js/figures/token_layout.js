@@ -1,6 +1,8 @@
 // 1. Token layout: this step's packed rows on the token budget's scale (a 102-row step of a
 // 512 budget covers 102/512 of the width), the same rows zoomed to the step's own width (a
 // labelled zoom with its own ticks, where a 1-row decode is readable), and the recent steps.
+// Segments are drawn in the record's row order; a line above the strips says so when that is the
+// scheduler's order rather than the one the model runner packed (source.row_order).
 import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
   stepAxis, THEME, titleAnnotation } from "./common.js";
 import { shorten } from "../text_fit.js";
@@ -17,7 +19,8 @@ export function tokenLayout(records, view) {
     { widthPx: view.size.width - 8, maxLines: 3 });
   annotation.xshift = -MARGIN.l + 4;
   const margin = { ...MARGIN, t: height };
-  const geometry = stripGeometry(view.size.height - margin.t - margin.b);
+  const note = rowOrderNote(record, view);
+  const geometry = stripGeometry(view.size.height - margin.t - margin.b, note ? 1 : 0);
   const plotWidth = view.size.width - margin.l - margin.r;
   const data = [
     ...stripBars(record, view, "x", "y", "rows"), unusedBar(record, view),
@@ -37,18 +40,20 @@ export function tokenLayout(records, view) {
       { anchor: "y2", title: { ...axisTitle(view.t.parts("layout.history_x"), plotWidth, 1), standoff: 4 } }),
     yaxis2: axis({ domain: geometry.history, range: [0, full], title: { text: view.t.short("layout.history_y"),
       font: { size: 12 } }, tickformat: "d" }),
-    annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth)],
+    annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth), ...noteLine(note, geometry, plotWidth)],
   }) };
 }
 
-// The y domains of the two strips and of the history, from their pixel heights.
-function stripGeometry(plotHeight) {
+// The y domains of the two strips and of the history, from their pixel heights, below
+// ``lines`` lines of notes (their baseline: ``note``).
+function stripGeometry(plotHeight, lines) {
   const h = Math.max(plotHeight, 1);
-  const budgetTop = h - STRIP.label, budgetBottom = budgetTop - STRIP.bar;
+  const top = h - lines * STRIP.label;
+  const budgetTop = top - STRIP.label, budgetBottom = budgetTop - STRIP.bar;
   const zoomTop = budgetBottom - STRIP.ticks - STRIP.label, zoomBottom = zoomTop - STRIP.bar;
   const historyTop = Math.max(zoomBottom - STRIP.ticks - STRIP.gap, h * 0.2);
   return { budget: [budgetBottom / h, budgetTop / h], zoom: [zoomBottom / h, zoomTop / h],
-    history: [0, historyTop / h] };
+    history: [0, historyTop / h], note: top / h };
 }
 
 function stripAxis(domain) {
@@ -65,6 +70,21 @@ function stripLabels(record, view, geometry, plotWidth) {
   return texts.map(([text, y]) => ({ xref: "paper", yref: "paper", x: 0, y, xanchor: "left",
     yanchor: "bottom", showarrow: false, font: { size: 11, color: THEME.muted },
     text: shorten(esc(text), plotWidth, 11) }));
+}
+
+// Said on screen when the segments are not in the order the model runner packed the rows (a
+// source that could not read it gives the scheduler's: source.row_order "scheduled"); null when
+// they are (a record from before sources were named is Batchscope's own: packed).
+function rowOrderNote(record, view) {
+  if (!record.source || record.source.row_order === "packed") return null;
+  return { text: view.t("layout.row_order_scheduled"), hover: view.t("layout.row_order_scheduled_def") };
+}
+
+function noteLine(note, geometry, plotWidth) {
+  if (!note) return [];
+  return [{ xref: "paper", yref: "paper", x: 0, y: geometry.note, xanchor: "left", yanchor: "bottom",
+    showarrow: false, name: "row_order", font: { size: 11, color: THEME.accent },
+    text: shorten(esc(note.text), plotWidth, 11), hovertext: esc(note.hover), captureevents: true }];
 }
 
 function stripBars(record, view, xaxis, yaxis, role) {
