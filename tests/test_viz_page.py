@@ -54,3 +54,16 @@ def test_page_errors_are_said_in_each_language():
         "Not fired: the model is still loading · 未发射：模型仍在加载"
     assert PAGE.both("not_fired", reason=ValueError("prompt too long")).endswith(
         "未发射：prompt too long")
+
+
+def test_the_replay_description_says_each_line_in_its_own_language():
+    """The settings of a replayed run: the Chinese half says 开/关 and 核, not the English words."""
+    from viz.sources.replay_channels import ReplayChannels
+    from viz.traces.trace import load_trace
+
+    trace_path = next((STRINGS_PATH.parent / "traces").glob("smollm2-*.jsonl.gz"))
+    about = page._trace_about(ReplayChannels(load_trace(trace_path), trace_path.name))
+    settings = next(line for line in about.splitlines() if line.startswith("Policy"))
+    english, chinese = settings.split(" · ")
+    assert "chunked prefill on" in english and "prefix caching on" in english
+    assert "分块预填充 开" in chinese and "前缀缓存 开" in chinese and " on" not in chinese

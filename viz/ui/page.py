@@ -15,7 +15,7 @@ import gradio as gr
 from ..sources.replay_channels import ReplayChannels
 from ..traces.player import SPEEDS
 from .captions import VIEWS
-from .strings import PAGE
+from .strings import PAGE, Phrase
 
 if TYPE_CHECKING:  # the handlers import the engine; a replay's page runs without it
     from .handlers import DashboardHandlers
@@ -188,9 +188,8 @@ def _trace_about(channels: ReplayChannels) -> str:
     """The replay's description, each line in both languages (Markdown)."""
     header = channels.trace.header
     engine, hardware = header["engine"], header["hardware"]
-    on_off = {True: PAGE.en("on"), False: PAGE.en("off")}
-    device = hardware.get("gpu") or PAGE.en("cores", device=hardware["device"],
-                                            cores=hardware["cpu_count"])
+    on_off = {True: Phrase("on"), False: Phrase("off")}
+    device = hardware.get("gpu") or Phrase("cores", device=hardware["device"], cores=hardware["cpu_count"])
     lines = [
         PAGE.both("replay_about", trace=f"`{channels.name}`", model=header["model"]["name"],
                   device=device, iterations=channels.num_iterations),

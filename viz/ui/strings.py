@@ -26,14 +26,21 @@ class PageError(Exception):
         self.key, self.fields = key, fields
 
 
+class Phrase:
+    """A text of the table given as a field of another text: said in that text's language."""
+
+    def __init__(self, key: str, **fields):
+        self.key, self.fields = key, fields
+
+
 @dataclass(frozen=True, slots=True)
 class Strings:
     table: dict[str, dict[str, str]]
 
     def text(self, key: str, language: str, **fields) -> str:
-        """The text of ``key``; a field that is a ``PageError`` is said in the same language."""
+        """The text of ``key``; a field that is a ``Phrase`` or ``PageError`` is said in the same language."""
         fields = {name: self.text(value.key, language, **value.fields)
-                  if isinstance(value, PageError) else value for name, value in fields.items()}
+                  if isinstance(value, Phrase | PageError) else value for name, value in fields.items()}
         return self.table[key][language].format(**fields)
 
     def en(self, key: str, **fields) -> str:
