@@ -40,6 +40,7 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 SIGNATURES = {
     "bs_paged_attention": [
+        P, I64, P, I64, P, I64,  # this step's k and v (fp32) with their row strides, their slots (int64), rows
         P, I64, P, P, P, INT,  # q, its row stride, out, k cache, v cache, bf16 cache
         P, P, P, P, I64,  # row_start, row_count, num_cached, tables, table stride
         INT, INT, INT, INT, INT,  # segments, heads, kv heads, head dim, block size

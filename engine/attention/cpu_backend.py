@@ -12,7 +12,9 @@ every row, so that a row's attention does not depend on the rest of the batch or
 prompt was chunked (``EngineConfig.batch_invariant``).
 
 The plan is the step's segments as int32 tensors (row start and count, cached tokens, block
-table) whose addresses the kernel reads in every layer.
+table) and its slot mapping, whose addresses the kernel reads in every layer: one call per layer
+writes the layer's new keys and values into their slots and attends (the write is torch's
+``index_copy_`` of ``.to(dtype)``, bit for bit, without its two dispatches).
 """
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ def _int32(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
 
 
+def _int64(slots: torch.Tensor) -> torch.Tensor:
+    """The slot mapping as the kernel reads it (contiguous int64)."""
+    return slots.to(torch.int64).contiguous()
+
+
 class CpuKernelBackend(AttentionBackend):
     name = "cpu"
 
@@ -58,24 +65,26 @@ class CpuKernelBackend(AttentionBackend):
 
     def plan(self, layout: StepLayout, device: torch.device) -> CpuPlan:
         segments = range(layout.num_segments)
-        return CpuPlan(layout.slot_mapping, _int32(layout.cu_seqlens_q[:-1]),
+        return CpuPlan(_int64(layout.slot_mapping), _int32(layout.cu_seqlens_q[:-1]),
                        _int32([layout.query_len(i) for i in segments]), _int32(layout.num_cached),
                        layout.block_table.to(torch.int32).contiguous(), max(layout.seq_lens_k))
 
     def plan_decode(self, slot_mapping, block_table, seq_lens) -> CpuPlan:
         """The plan of decodes only, from tensors (the decode-graph path; one host read here)."""
         rows = block_table.shape[0]
-        return CpuPlan(slot_mapping, torch.arange(rows, dtype=torch.int32), torch.ones(rows, dtype=torch.int32),
+        return CpuPlan(_int64(slot_mapping), torch.arange(rows, dtype=torch.int32), torch.ones(rows, dtype=torch.int32),
                        (seq_lens - 1).to(torch.int32), block_table.to(torch.int32).contiguous(),
                        int(seq_lens.max()))
 
     def forward(self, plan: CpuPlan, q, k, v, k_cache, v_cache, scale):
-        if q.dtype != torch.float32 or q.stride(2) != 1 or q.stride(1) != q.shape[2]:
-            raise ValueError(f"the CPU kernel takes fp32 queries with contiguous heads, got {q.dtype} {q.stride()}")
-        self.write_kv(plan, k, v, k_cache, v_cache)
+        """Writes this step's k and v into their slots and attends, in one call."""
+        for x in (q, k, v):
+            if x.dtype != torch.float32 or x.stride(2) != 1 or x.stride(1) != x.shape[2]:
+                raise ValueError(f"the CPU kernel takes fp32 q/k/v with contiguous heads, got {x.dtype} {x.stride()}")
         out = torch.empty(q.shape, dtype=q.dtype)
         _, block_size, kv_heads, head_dim = k_cache.shape
         status = self.library.bs_paged_attention(
+            k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), plan.slot_mapping.data_ptr(), k.shape[0],
             q.data_ptr(), q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             int(k_cache.dtype == torch.bfloat16), plan.row_start.data_ptr(), plan.row_count.data_ptr(),
             plan.num_cached.data_ptr(), plan.tables.data_ptr(), plan.tables.shape[1], plan.row_start.shape[0],

@@ -38,6 +38,17 @@ static inline int64_t key_offset(const Args *a, const int32_t *table, int64_t j)
     return slot * a->kv_heads * a->dim;
 }
 
+/* Keys [j, j + LANES) of the cache (all kv heads of each) into the caches ahead of use: a decode
+ * reads every key once, block after block, and the blocks are scattered in the pool. */
+static inline __attribute__((always_inline)) void prefetch_keys(const Args *a, const void *cache, int bf16,
+                                                                const int32_t *table, int64_t j, int64_t nkeys) {
+    const int64_t bytes = (int64_t)a->kv_heads * a->dim * (bf16 ? 2 : 4);
+    for (int64_t key = j; key < j + LANES && key < nkeys; key++) {
+        const char *row = (const char *)cache + key_offset(a, table, key) * (bf16 ? 2 : 4);
+        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
+    }
+}
+
 static inline __attribute__((always_inline)) vf chunk(const void *cache, int bf16, int64_t at) {
     return bf16 ? load_bf16((const uint16_t *)cache + at) : load((const float *)cache + at);
 }
@@ -58,6 +69,7 @@ static inline __attribute__((always_inline)) void score_keys(const Args *a, cons
     for (int hq = 0; hq < a->heads; hq++) max[hq] = -3.4e38f;
     int64_t j = 0;
     for (; j + LANES <= nkeys; j += LANES) {  /* 16 keys at a time, their dot products reduced together */
+        prefetch_keys(a, a->k_cache, bf16, table, j + LANES, nkeys);
         for (int k = 0; k < LANES; k++) off[k] = key_offset(a, table, j + k);
         for (int hq = 0; hq < a->heads; hq++) {
             int64_t head = (int64_t)(hq / group) * a->dim;
@@ -85,6 +97,7 @@ static inline __attribute__((always_inline)) void weigh_values(const Args *a, co
     int64_t off[LANES];
     for (int64_t j = 0; j < nkeys; j += LANES) {
         int n = nkeys - j < LANES ? (int)(nkeys - j) : LANES;
+        prefetch_keys(a, a->v_cache, bf16, table, j + LANES, nkeys);
         for (int k = 0; k < n; k++) off[k] = key_offset(a, table, j + k);
         for (int hq = 0; hq < a->heads; hq++) {
             const float *w = sc->scores + hq * sc->stride + j;
@@ -216,13 +229,31 @@ int bs_amx_available(void);
 /* Whether segment s goes to the AMX prefill kernel (attention_amx.c) instead of this file's paths. */
 static inline int on_tiles(int amx, const int32_t *row_count, int s) { return amx && row_count[s] >= AMX_MIN_ROWS; }
 
-/* 0 on success; -1 for shapes this kernel does not take (the caller falls back); -2 out of memory. */
-int bs_paged_attention(const float *q, int64_t q_stride, float *out, const void *k_cache, const void *v_cache, int bf16,
+/* The step's new keys and values (kv heads x dim per row, rows *_stride floats apart) into their slots,
+ * rounded to bf16 (to nearest even) for a bf16 cache: torch's index_copy_ of .to(dtype), in one pass. */
+static void write_kv(const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int64_t *slots,
+                     int64_t rows, void *k_cache, void *v_cache, int bf16, int64_t width, int num_threads) {
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows >= 64)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < width; i++) {
+            int64_t to = slots[r] * width + i;
+            float kv = k[r * k_stride + i], vv = v[r * v_stride + i];
+            if (bf16) ((uint16_t *)k_cache)[to] = to_bf16(kv), ((uint16_t *)v_cache)[to] = to_bf16(vv);
+            else ((float *)k_cache)[to] = kv, ((float *)v_cache)[to] = vv;
+        }
+}
+
+/* Writes the step's keys and values (write_kv), then attends. 0 on success; -1 for shapes this kernel
+ * does not take (the caller falls back); -2 out of memory. */
+int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new, int64_t v_stride, const int64_t *slots,
+                       int64_t rows,
+                       const float *q, int64_t q_stride, float *out, void *k_cache, void *v_cache, int bf16,
                        const int32_t *row_start, const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
                        int64_t table_stride, int num_segments, int heads, int kv_heads, int dim,
                        int block_size, float scale, int max_keys, int invariant, int num_threads) {
     if (dim % LANES || dim > MAX_DIM || heads % kv_heads || heads > MAX_HEADS) return -1;
     if (block_size < 1 || block_size & (block_size - 1)) return -1;  /* a power of two */
+    write_kv(k_new, k_stride, v_new, v_stride, slots, rows, k_cache, v_cache, bf16, (int64_t)kv_heads * dim, num_threads);
     Args a = {q, q_stride, out, k_cache, v_cache, heads, kv_heads, dim, block_size, scale};
     void (*attend_row)(const Args *, const int32_t *, int64_t, int64_t, Scratch *) = bf16 ? attend_bf16 : attend_f32;
     void (*many)(const Args *, const int32_t *, int64_t, int, int64_t, Scratch *) = bf16 ? attend_rows_bf16 : attend_rows_f32;
