@@ -58,9 +58,10 @@ SIGNATURES = {
     "bs_amx_depth": [I64],  # in features -> padded to whole tile rows
     "bs_pack_linear_amx": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_amx": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
+    "bs_decoder_layer": [P, P, P, P, P],  # layer, step (models/fused_layers.py), x, k cache, v cache
 }
 RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
-               "bs_linear_amx"}
+               "bs_linear_amx", "bs_decoder_layer"}
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)

@@ -185,3 +185,21 @@ def test_rotary_in_place_is_the_same_bits_as_torchs():
     values = qkv[:, 12 * 64:].clone()
     cpu_kernels.rotary(qk, cos, sin)
     assert torch.equal(qk, expected) and torch.equal(qkv[:, 12 * 64:], values)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_decoder_layers_give_the_same_bits_as_the_modules(dtype):
+    """The default model (head_dim 64: every layer fused) with chunked prefills beside decodes: each
+    generated token's log-probabilities, one C call a layer vs the modules one by one."""
+    from engine import LLM, SamplingParams
+
+    llm = LLM("default", dtype=dtype, max_num_batched_tokens=48, num_kv_blocks=64)
+    model = llm.engine.loaded.model
+    assert model.fused_layers is not None
+    prompts = [list(range(100, 100 + n)) for n in (5, 70, 33, 1)]
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logprobs=3)
+    fused = llm.generate(prompts, params)
+    model.fused_layers = None
+    modules = llm.generate(prompts, params)
+    assert [o.token_ids for o in fused] == [o.token_ids for o in modules]
+    assert [[t.logprobs for t in o.logprobs] for o in fused] == [[t.logprobs for t in o.logprobs] for o in modules]

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import cpu_kernels
+from .fused_layers import FusedLayers
 from .prepacked import make_linear, prepack_linears, prepack_supported
 
 LOGITS_SLICE = 4096  # vocabulary rows per LM-head GEMM on CPU
@@ -147,6 +148,7 @@ class PackedLlama(nn.Module):
         self.lm_head = None if self.tied else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.packed_lm_head: nn.Module | None = None  # the LM head packed for the CPU (prepacked.py)
         self.activation_dtype: torch.dtype | None = None  # None: the weights' dtype
+        self.fused_layers: FusedLayers | None = None  # every layer one C call (fused_layers.py)
         with torch.no_grad():
             positions = torch.arange(max_positions)[None]
             cos, sin = rotary_emb(torch.zeros(1, dtype=torch.float32), positions)
@@ -159,8 +161,11 @@ class PackedLlama(nn.Module):
         x = self.embed_tokens(input_ids).to(self.activation_dtype or self.embed_tokens.weight.dtype)
         cos = self.cos_table[positions].to(x.dtype)[:, None, :]
         sin = self.sin_table[positions].to(x.dtype)[:, None, :]
-        for layer in self.layers:
-            x = layer(x, cos, sin, step)
+        if self.fused_layers is not None and step.backend.name == "cpu":
+            x = self.fused_layers(x, cos, sin, step)
+        else:
+            for layer in self.layers:
+                x = layer(x, cos, sin, step)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -210,6 +215,7 @@ class PackedLlama(nn.Module):
         for layer in self.layers:
             layer.mlp.fused = True
             layer.self_attn.fused_rotary = layer.self_attn.head_dim % 32 == 0  # halves in whole vectors
+        self.fused_layers = FusedLayers.of(self.layers)
         return True
 
     @torch.no_grad()
