@@ -76,7 +76,7 @@ def stepped(page, live, run: Run, check=lambda record: None) -> Run:
 
 
 def run_preset(page, live, preset: dict, check=lambda record: None) -> Run:
-    choose_preset(page, preset["title"])
+    choose_preset(page, preset["label"])
     if preset["id"] != "article":
         set_knob(page, "Max tokens", MAX_TOKENS, after=preset["max_tokens"])
     run = RUNS[preset["id"]] = Run(fire(page))

@@ -11,6 +11,7 @@ from chromium import ROOT, chromium, drawn, needs_chromium, viewport, wait_for
 from playback import open_replay, show_iteration
 from truth import (
     VIEWS,
+    assert_page_text_whole,
     assert_texts_readable,
     check_attention,
     check_block_tables,
@@ -60,6 +61,7 @@ def test_no_label_is_cut_or_overlaps_another(replay_page, records, size):
             show_iteration(replay_page, records, i)
             wait_for(replay_page, lambda: drawn(replay_page, "drawnToSize", VIEWS), "views sized to fit")
             assert_texts_readable(replay_page, f"{size[0]}x{size[1]}, iteration {i}")
+            assert_page_text_whole(replay_page, f"{size[0]}x{size[1]}, iteration {i}")
     finally:
         viewport(replay_page, 1366, 768)
 

@@ -138,6 +138,15 @@ def assert_texts_readable(driver, where: str, views: list[str] = VIEWS) -> None:
                     f"{where}: {view}: {a['kind']} {a['text']!r} overlaps {b['kind']} {b['text']!r}"
 
 
+def assert_page_text_whole(driver, where: str) -> None:
+    """No text of the page outside the figures (dropdowns, buttons, header, cards, captions)
+    is cut by its box or hidden under an icon."""
+    clipped = drawn(driver, "clippedPageTexts")
+    assert not clipped, f"{where}: text cut off: " + "; ".join(
+        f"{c['tag'].lower()}#{c['id']}.{c['cls'].split(' ')[0]} {c['text']!r} needs {c['needs']} px, has {c['shown']}"
+        for c in clipped)
+
+
 def layout_title(driver) -> str | None:
     """The token-layout title as drawn (its lines run together)."""
     texts = drawn(driver, "drawnTexts", "bs-token-layout")
