@@ -275,7 +275,7 @@ def create_app(args: argparse.Namespace) -> tuple[FastAPI, AsyncLLM, TelemetryHu
                                    limits.max_prompt_tokens,  # the API's limit
                                    (compare.close, llm.shutdown))
     install_compare_routes(app, compare)
-    install_api(app, llm, limits)
+    install_api(app, llm, limits, pending=app.state.firing.pending)
     install_solo_check_route(app, llm, hub, app.state.identity)
     handlers.compare = CompareHandlers(compare, llm, handlers.library, handlers.access)
     mount_page(app, handlers)
@@ -293,10 +293,10 @@ def create_attach_app(args: argparse.Namespace) -> tuple[FastAPI, IngestSource, 
     source = IngestSource(args.ingest_token, can_fire=True)
     endpoint = OpenAIEndpoint(args.vllm, args.vllm_api_key)
     submitter = RemoteSubmitter(endpoint, source)
-    metrics = EngineMetrics(source)
-    app, hub, handlers = dashboard(
+    app, hub, handlers = dashboard(  # metrics.close: the metrics made below, once it stops
         args, "Batchscope attached to vLLM", source, submitter, None, args.max_prompt_tokens,
-        (metrics.close, submitter.close, endpoint.close, source.close), kind="attach")
+        (lambda: metrics.close(), submitter.close, endpoint.close, source.close), kind="attach")
+    metrics = EngineMetrics(source, pending=app.state.firing.pending)
     install_ingest(app, source)
     app.add_api_route("/metrics", lambda: Response(metrics.exposition(), media_type=metrics.content_type),
                       methods=["GET"], include_in_schema=False)

@@ -2,8 +2,10 @@
 
 Any RecordSource feeds them (Batchscope's engine, or another engine's records). The waiting
 and running gauges are read from the source's ``counts()`` at scrape time, both from one
-call, so /metrics shows the same numbers as the dashboard at every moment (a request counts
-as waiting as soon as it is handed over, even while the engine is paused). KV gauges and step
+call, and the pending gauge from ``pending()`` (requests fired from the dashboard, not yet
+handed to the engine), so /metrics shows the same numbers as the dashboard's header at every
+moment (a request counts as waiting as soon as it is handed over, even while the engine is
+paused). KV gauges and step
 counters come from each IterationRecord dict; per-request latencies (TTFT, inter-token,
 end-to-end) come from RequestEvent dicts, so dashboard requests count as API ones do. Both
 callbacks run on the producer's thread and do a handful of O(1) updates each.
@@ -13,6 +15,8 @@ further step (so no record), but its final delta does arrive, and once no reques
 the pool is necessarily all free. ``close()`` unsubscribes (the API calls it at shutdown).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -26,10 +30,10 @@ TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 class EngineMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, source: RecordSource):
+    def __init__(self, source: RecordSource, pending: Callable[[], int] = lambda: 0):
         self.registry = CollectorRegistry()
         r = self.registry
-        r.register(QueueCollector(source))
+        r.register(QueueCollector(source, pending))
         self.kv_free = Gauge("batchscope_kv_blocks_free", "KV cache blocks with no owner", registry=r)
         self.kv_total = Gauge("batchscope_kv_blocks_total", "KV cache blocks in the pool", registry=r)
         self.iterations = Counter("batchscope_iterations", "Engine steps", registry=r)
@@ -102,12 +106,17 @@ class EngineMetrics:
 
 
 class QueueCollector:
-    """The waiting and running gauges, from one ``counts()`` call per scrape."""
+    """The waiting and running gauges, from one ``counts()`` call per scrape, and the pending
+    one."""
 
-    def __init__(self, source: RecordSource):
+    def __init__(self, source: RecordSource, pending: Callable[[], int]):
         self.source = source
+        self.pending = pending
 
     def collect(self):
+        yield GaugeMetricFamily("batchscope_requests_pending",
+                                "Requests fired from the dashboard, not yet handed to the engine",
+                                value=self.pending())
         counts = self.source.counts()
         yield GaugeMetricFamily("batchscope_requests_running", "Requests in the running batch",
                                 value=counts["running"])

@@ -31,10 +31,12 @@ PARAMS = ("prompt", "messages", "max_tokens")  # inputs a refused prompt's messa
 _request_numbers = itertools.count(1)  # process-wide: several apps may share one engine
 
 
-def install_api(app: FastAPI, llm: AsyncLLM, limits: ApiLimits | None = None) -> None:
+def install_api(app: FastAPI, llm: AsyncLLM, limits: ApiLimits | None = None,
+                pending: Callable[[], int] = lambda: 0) -> None:
     """Register the API routes on ``app`` (before anything is mounted at "/"). Its metrics
-    subscribe to ``llm`` now and unsubscribe when the app shuts down."""
-    api = OpenAIApi(llm, limits or ApiLimits())
+    subscribe to ``llm`` now and unsubscribe when the app shuts down; ``pending()``: the
+    dashboard's requests not yet handed to ``llm``."""
+    api = OpenAIApi(llm, limits or ApiLimits(), pending)
     app.add_exception_handler(ApiError, handle_api_error)
     app.include_router(api.router())
     close_on_shutdown(app, api.metrics.close)
@@ -56,11 +58,11 @@ def close_on_shutdown(app: FastAPI, close: Callable[[], None]) -> None:
 
 
 class OpenAIApi:
-    def __init__(self, llm: AsyncLLM, limits: ApiLimits):
+    def __init__(self, llm: AsyncLLM, limits: ApiLimits, pending: Callable[[], int] = lambda: 0):
         self.llm = llm
         self.limits = limits
         self.admission = Admission(limits)
-        self.metrics = EngineMetrics(llm)
+        self.metrics = EngineMetrics(llm, pending)
         self.created = int(time.time())
         self._token_texts: TokenTexts | None = None  # once the tokenizer is loaded
 

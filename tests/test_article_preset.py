@@ -1,9 +1,13 @@
-"""The article's preset on a paused engine stepped one step at a time: the step the README
-describes packs A 500 cached + 1, B 200 cached + 1 and C 100 new = 102 rows, and the Max
-tokens slider holds for all three."""
+"""The article's preset on a paused engine stepped one step at a time: the step after C's
+arrival is the one the README describes, number for number, as read from the README itself
+(A 500 cached + 1, B 200 cached + 1 and C 100 new = 102 rows, cu_seqlens_q and seq_lens_k), and
+as the preset's own text on the page says; the Max tokens slider holds for all three."""
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +17,47 @@ from viz.ui.presets import load_presets
 from viz.ui.submit import LocalSubmitter
 
 MAX_TOKENS = 5
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class DescribedStep:
+    """The article's step as a text describes it."""
+
+    segments: list[tuple[str, str, int, int]]  # (request, phase, new tokens, tokens cached)
+    num_rows: int
+    cu_seqlens_q: list[int]
+    seq_lens_k: list[int]
+    prompts: dict[str, int]  # request -> prompt tokens
+
+
+def numbers(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", text)]
+
+
+def the_one(found: list, what: str):
+    """The value every mention in the text gives (the README says some numbers twice)."""
+    assert found and all(f == found[0] for f in found), f"{what}: {found}"
+    return found[0]
+
+
+def lists_named(name: str, text: str) -> list[list[int]]:
+    """Every ``name = [...]`` in ``text`` (a list may wrap onto the next line)."""
+    return [numbers(m) for m in re.findall(rf"{name} = \[([\d,\s]+)\]", text)]
+
+
+def readme_step() -> DescribedStep:
+    """What the README's "What you are looking at" and "The dashboard" sections say."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = re.findall(r"^\| ([A-Z]) \| (decode|prefill) \| (\d+) \| (\d+) \|$", text, re.MULTILINE)
+    keys = lists_named("seq_lens_k", text) + [numbers(m) for m in re.findall(r"key\s+lengths ([\d,\s]+\d)", text)]
+    prompts = {**{m[0]: int(m[1]) for m in re.findall(r"\b([A-Z]) \(a (\d+)-token prompt\)", text)},
+               **{m[0]: int(m[1]) for m in re.findall(r"\b([A-Z]) \((\d+) tokens\)", text)}}
+    return DescribedStep(
+        segments=[(rid, phase, int(rows), int(cached)) for rid, phase, rows, cached in table],
+        num_rows=the_one([int(n) for n in re.findall(r"-> (\d+) rows", text)], "rows"),
+        cu_seqlens_q=the_one(lists_named("cu_seqlens_q", text), "cu_seqlens_q"),
+        seq_lens_k=the_one(keys, "key lengths"), prompts=prompts)
 
 
 def wait_until(condition, timeout: float = 30) -> None:
@@ -56,16 +101,35 @@ def _all_finished(records, planned) -> bool:
     return {p.request_id for p in planned} <= done
 
 
-def test_the_third_step_is_the_articles_102_rows(stepped):
+def run_step(records: list[dict], planned) -> DescribedStep:
+    """The step after C's arrival (the first that schedules C), as the run's record has it."""
+    labels = {p.request_id: p.request_id.rstrip("0123456789") for p in planned}
+    step = next(r for r in records if any(labels[s["request_id"]] == "C" for s in r["segments"]))
+    segments = step["segments"]
+    return DescribedStep(
+        segments=[(labels[s["request_id"]], "decode" if s["kind"] == "decode" else "prefill",
+                   s["num_rows"], s["num_cached"]) for s in segments],
+        num_rows=step["num_rows"], cu_seqlens_q=step["cu_seqlens_q"], seq_lens_k=step["seq_lens_k"],
+        prompts={labels[s["request_id"]]: s["num_prompt_tokens"] for s in segments})
+
+
+def test_the_step_after_cs_arrival_is_the_one_the_readme_describes(stepped):
     planned, records = stepped
-    a, b, c = (p.request_id for p in planned)
-    step = records[2]
-    assert [(s["request_id"], s["kind"], s["num_rows"], s["num_cached"])
-            for s in step["segments"]] == [(a, "decode", 1, 500), (b, "decode", 1, 200),
-                                           (c, "prefill", 100, 0)]
-    assert step["num_rows"] == 102
-    assert step["cu_seqlens_q"] == [0, 1, 2, 102]
-    assert step["seq_lens_k"] == [501, 201, 100]
+    described = readme_step()
+    assert [rid for rid, *_ in described.segments] == ["A", "B", "C"]  # the README was read
+    assert set(described.prompts) == {"A", "B", "C"}
+    assert run_step(records, planned) == described
+
+
+def test_the_presets_text_on_the_page_gives_the_readmes_numbers():
+    from viz.ui.presets import load_presets
+
+    described = readme_step()
+    text = load_presets().presets["article"].description
+    assert the_one(lists_named("cu_seqlens_q", text), "cu_seqlens_q") == described.cu_seqlens_q
+    assert the_one(lists_named("seq_lens_k", text), "seq_lens_k") == described.seq_lens_k
+    terms = " + ".join(str(rows) for *_, rows, _cached in described.segments)
+    assert f"{terms} = {described.num_rows}" in text
 
 
 def test_max_tokens_holds_for_every_request(stepped):

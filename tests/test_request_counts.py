@@ -21,7 +21,7 @@ COUNT = 4
 def metrics(url: str) -> dict[str, int]:
     text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
     return {state: int(float(re.search(rf"^batchscope_requests_{state} (\S+)$", text,
-                                       re.MULTILINE).group(1))) for state in ("waiting", "running")}
+                                       re.MULTILINE).group(1))) for state in ("pending", "waiting", "running")}
 
 
 def settled(url: str, firing) -> tuple[dict, dict, list[dict]]:
@@ -61,10 +61,12 @@ def paused_run(tiny_model_dir):
 
 def test_header_metrics_and_cards_agree_at_every_look(paused_run):
     for counts, scraped, requests in paused_run:
-        assert counts["waiting"] == scraped["waiting"] and counts["running"] == scraped["running"]
+        assert counts == scraped
         assert sum(counts.values()) == COUNT - sum(bool(r["finished"]) for r in requests)
         arrived = [r for r in requests if r["arrival"] is not None and not r["finished"]]
         assert len(arrived) == counts["waiting"] + counts["running"]
+        pending = [r for r in requests if r["arrival"] is None and not r["finished"]]
+        assert len(pending) == counts["pending"]  # a card for each
 
 
 def test_a_paused_engine_shows_fired_requests_as_pending_then_waiting(paused_run):

@@ -92,7 +92,8 @@ def test_a_request_that_cannot_be_submitted_is_finished_with_its_error():
     params = SamplingParams(max_tokens=2)
     planned = [PlannedRequest("x1", [5, 6], "label", params, 0.0,
                               prepared=Prepared((5, 6), params, None))]
-    Firing(LocalSubmitter(StoppedLLM()), hub).submit(planned, "token-a")
+    hub.fired("x1", "token-a", "label")  # as fire() does, before its thread submits
+    Firing(LocalSubmitter(StoppedLLM()), hub).submit(planned)
     [entry] = json.loads(hub.snapshot(Viewer(Audience("token-a"))))["requests"]
     assert entry["finished"] and entry["finish_reason"] == "error" and entry["mine"]
     assert entry["error"] == "the engine is stopped"

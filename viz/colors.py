@@ -1,5 +1,5 @@
 """The dashboard's colours, defined once: the browser gets them in the snapshot's ``meta``
-(assets hold no copy) and the offline exports (viz/export.py) use the same ones.
+(assets hold no copy) and the offline exports (viz/traces/export.py) use the same ones.
 
 Request colours cycle through ``PALETTE`` (a request's ``color`` index, viz/live/book.py); the KV pool
 draws free and cached blocks in ``FREE_COLOR`` and ``CACHED_COLOR``. Each engine phase has a
@@ -24,7 +24,7 @@ PHASE_COLORS = {
     "update": "#a6d854",  # vLLM's scheduler update from the model output
 }
 SPARE_PHASE_COLORS = ("#ffd92f", "#e5c494", "#b3b3b3", "#8dd3c7", "#bebada", "#80b1d3")
-# A request's state over iterations in the exported timeline (viz/export.py).
+# A request's state over iterations in the exported timeline (viz/traces/export.py).
 STATE_COLORS = {"idle": "#ffffff", "waiting": "#d9d9d9", "prefill": "#1f77b4",
                 "prefill chunk": "#6baed6", "decode": "#2ca02c", "preempted": "#d62728"}
 

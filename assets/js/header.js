@@ -97,7 +97,8 @@ export function showHeader(doc, status, record, t, link) {
       span.className = `bs-status-${p.part}`;
       span.textContent = p.text;
       for (const [k, v] of Object.entries(p.data || {})) span.dataset[k] = String(v);
-      return i ? [doc.createTextNode(" · "), span] : [span];
+      // the separator keeps to the part before it: a wrapped line never starts with "·"
+      return i ? [doc.createTextNode("\u00a0· "), span] : [span];
     }));
   }
   const tagline = doc.querySelector("#bs-header .bs-tagline");

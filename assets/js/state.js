@@ -72,6 +72,7 @@ function applyEvent(state, e) {
   update(state, e.request_id, (entry) => {
     const common = { color: e.color ?? entry.color, visible: !!e.visible, mine: !!e.mine,
       label: e.label ?? entry.label };
+    if (e.kind === "fired") return common;  // pending (a new entry's state) until its arrival
     if (e.kind === "arrival") {
       return { ...common, arrival: e.time, prompt: e.prompt ?? null,
         num_prompt_tokens: e.num_prompt_tokens || 0,

@@ -22,7 +22,10 @@ def mouse(driver, kind: str, x: float, y: float) -> None:
 
 def click_segment(driver, view: str, rid: str, role: str = "rows") -> None:
     """Point at the middle of ``rid``'s bar in a view (the token layout's budget strip) and,
-    once Plotly hovers it, click: a real mouse click, which Plotly reads from its drag layer."""
+    once Plotly hovers it, click: a real mouse click, which Plotly reads from its drag layer.
+    The view is scrolled into sight first, as a viewer would (a click on a card may have
+    scrolled the page past it)."""
+    driver.execute_script("document.getElementById(arguments[0]).scrollIntoView({block: 'center'})", view)
     figure = drawn(driver, "drawnFigure", view)
     trace = next(t for t in figure["traces"] if (t["meta"] or {}).get("rid") == rid
                  and t["meta"].get("role") == role and t["boxes"])

@@ -1,5 +1,6 @@
 // What Plotly really drew in a view, for the browser tests: its full layout and data (after
-// Plotly's defaults) and the pixel boxes of the SVG it rendered. Read-only.
+// Plotly's defaults) and the pixel boxes of the SVG it rendered; and the page's own text that
+// does not fit its box. Read-only.
 function box(el) {
   const r = el.getBoundingClientRect();
   return { left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width, height: r.height };
@@ -97,4 +98,56 @@ function drawnToSize(ids) {
 // The step each view draws (layout.meta.step, set by js/main.js), or null.
 function drawnSteps(ids) {
   return ids.map((id) => { const gd = figureOf(id); return gd && gd._fullLayout.meta ? gd._fullLayout.meta.step : null; });
+}
+
+// Page text outside the figures that a viewer cannot read whole: an element whose own text is
+// wider (or taller) than the box that clips it, or an input whose value runs past its box or
+// under an icon drawn over it (a dropdown's arrow). Scrollable boxes (overflow auto / scroll)
+// and line-clamped previews with a "more" button are meant to hold more than they show.
+function clippedPageTexts() {
+  const out = [];
+  for (const el of document.querySelectorAll("body *")) {
+    if (el.closest(".js-plotly-plot, svg") || !shownBox(el)) continue;
+    const clipped = el.tagName === "INPUT" ? clippedInput(el) : clippedText(el);
+    if (clipped) out.push({ tag: el.tagName, id: el.id, cls: String(el.className), ...clipped });
+  }
+  return out;
+}
+
+// Whether a viewer can see ``el`` at all (screen-reader-only text is a 1 px box).
+function shownBox(el) {
+  const r = el.getBoundingClientRect();
+  return r.width > 1 && r.height > 1 && getComputedStyle(el).visibility !== "hidden";
+}
+
+function ownText(el) {
+  return [...el.childNodes].filter((n) => n.nodeType === Node.TEXT_NODE).map((n) => n.textContent).join("").trim();
+}
+
+function clippedText(el) {
+  const text = ownText(el);
+  if (!text) return null;
+  const style = getComputedStyle(el);
+  const clips = (overflow) => overflow === "hidden" || overflow === "clip";
+  const wide = clips(style.overflowX) && el.scrollWidth > el.clientWidth + 1;
+  const tall = clips(style.overflowY) && style.webkitLineClamp === "none" && el.scrollHeight > el.clientHeight + 1;
+  return wide || tall ? { text, shown: [el.clientWidth, el.clientHeight], needs: [el.scrollWidth, el.scrollHeight] } : null;
+}
+
+// An input's value against the width it has: its content box, up to the first element drawn
+// over its right part (an absolutely placed sibling such as a dropdown's arrow).
+function clippedInput(el) {
+  if (!["text", "number", "search"].includes(el.type) || !el.value) return null;
+  const style = getComputedStyle(el);
+  const context = document.createElement("canvas").getContext("2d");
+  context.font = style.font;
+  const r = el.getBoundingClientRect();
+  const start = r.left + el.clientLeft + parseFloat(style.paddingLeft);
+  let end = r.left + el.clientLeft + el.clientWidth - parseFloat(style.paddingRight);
+  for (const other of el.parentElement.querySelectorAll("*")) {
+    const o = other.getBoundingClientRect();
+    if (other !== el && shownBox(other) && o.left > start && o.left < end && o.top < r.bottom && o.bottom > r.top) end = o.left;
+  }
+  const needs = context.measureText(el.value).width;
+  return needs > end - start + 1 ? { text: el.value, shown: [Math.round(end - start)], needs: [Math.round(needs)] } : null;
 }

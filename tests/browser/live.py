@@ -2,18 +2,21 @@
 its engine produced, and the page's own controls (preset, Fire, presenter pause / step)."""
 from __future__ import annotations
 
+import json
 import re
 import threading
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from chromium import debug, wait_for
+from chromium import ROOT, debug, wait_for
 from truth import shows
 
 import app as dashboard
 
 from support.server import BackgroundServer
+
+PRESETS = json.loads((ROOT / "assets" / "presets.json").read_text(encoding="utf-8"))["presets"]
 
 
 @dataclass
@@ -72,6 +75,19 @@ def choose_preset(driver, title_part: str) -> None:
                       f"the preset {title_part!r}")
     option.click()
     wait_for(driver, lambda: title_part in box.get_attribute("value"), "the preset chosen")
+
+
+def set_knob(driver, label: str, value: int, after: int) -> None:
+    """Type ``value`` into the slider whose label starts with ``label``, once it shows
+    ``after`` (the value a preset just gave it, which would otherwise overwrite ours)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    number = driver.find_element(By.CSS_SELECTOR, f"#bs-controls input[aria-label^='number input for {label}']")
+    wait_for(driver, lambda: number.get_attribute("value") == str(after), f"{label} at {after}")
+    number.send_keys(Keys.CONTROL, "a")
+    number.send_keys(str(value), Keys.TAB)
+    wait_for(driver, lambda: number.get_attribute("value") == str(value), f"{label} set to {value}")
 
 
 def fire(driver) -> list[str]:

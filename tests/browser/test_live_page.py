@@ -1,15 +1,25 @@
 """The live dashboard in headless Chromium (tiny model): the article's preset on a paused engine,
-stepped; the counts everyone shows; identity across a reload; the SSE fallback."""
+stepped, each step drawn truly; every preset, and requests sent through the API, counted alike
+in the header, the cards and /metrics at every moment; identity across a reload; the SSE
+fallback."""
 from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
 
 import pytest
 from chromium import chromium, debug, needs_chromium, wait_for
-from live import choose_preset, fire, live_dashboard, open_page, presenter, step
-from truth import check_views, shows
+from counts import counts_when_settled, disagreements
+from live import PRESETS, choose_preset, fire, live_dashboard, open_page, presenter, set_knob, step
+from truth import check_layout_title, check_views, shows
 
 pytestmark = needs_chromium
 MAX_STEPS = 40
-RUNNING, WAITING = {"prefilling", "decoding"}, {"waiting", "preempted"}
+MAX_TOKENS = 4  # per request of the presets counted below: a few steps each, to their finish
+API_REQUESTS = 3
 
 
 @pytest.fixture(scope="module")
@@ -22,77 +32,109 @@ def live(tiny_model_dir):
 def page(live):
     with chromium(1366, 768) as driver:
         open_page(driver, live)
+        presenter(driver, "pause")
+        wait_for(driver, lambda: (debug(driver)["status"] or {}).get("paused"), "the engine to pause")
         yield driver
 
 
-def header_counts(driver) -> dict | None:
-    data = driver.execute_script(
-        "const e = document.querySelector('#bs-status .bs-status-counts'); return e ? {...e.dataset} : null;")
-    return {k: int(v) for k, v in data.items()} if data else None
+@dataclass
+class Run:
+    """A shot on the paused engine, stepped until its requests finished: each step's record
+    and the counts everyone showed after Fire (while arrivals came in) and after each step."""
+
+    ids: list[str]
+    records: list[dict] = field(default_factory=list)
+    moments: list[dict] = field(default_factory=list)
 
 
-def counts_everywhere(driver, live) -> dict:
-    """What the header, the cards and /metrics say is waiting and running now."""
-    cards = [state for _, state in debug(driver)["cards"]]
-    metrics = live.metrics()
-    header = header_counts(driver) or {}
-    return {
-        "header": (header.get("waiting"), header.get("running")),
-        "cards": (sum(s in WAITING for s in cards), sum(s in RUNNING for s in cards)),
-        "metrics": (int(metrics["batchscope_requests_waiting"]), int(metrics["batchscope_requests_running"])),
-    }
+RUNS: dict[str, Run] = {}  # by preset id, "api" for the API's requests
 
 
-def counts_when_settled(driver, live, moment: str) -> dict:
-    """The three counts once they agree, or as they stand after 5 s of disagreeing."""
-    seen = {"moment": moment}
-
-    def agree() -> bool:
-        seen.update(counts_everywhere(driver, live))
-        return len({v for k, v in seen.items() if k != "moment"}) == 1
-
-    try:
-        wait_for(driver, agree, "the counts to agree", 5)
-    except AssertionError:
-        pass
-    return seen
+def arrivals(page, live, preset: dict, run: Run) -> None:
+    """The counts while the shot's arrivals come in (spaced ones arrive while the engine is
+    paused; the article's B and C only once a step has run)."""
+    deadline = time.monotonic() + preset["spacing_ms"] * preset["count"] / 1000
+    run.moments.append(counts_when_settled(page, "after Fire", live.url))
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        run.moments.append(counts_when_settled(page, "while arriving", live.url))
+    run.moments.append(counts_when_settled(page, "arrived", live.url))
 
 
-RUN: dict = {"records": [], "counts": []}  # the article run, shared by the tests below
+def stepped(page, live, run: Run, check=lambda record: None) -> Run:
+    """Step the paused engine until the run's requests finished, counting after each step."""
+    ids = set(run.ids)
+    finished: set[str] = set()  # a record lists a request's finish once, in the step it ends
+    while len(run.records) < MAX_STEPS and not ids <= finished:
+        record = step(page, live)
+        run.records.append(record)
+        finished |= set(record["finished"])
+        check(record)
+        run.moments.append(counts_when_settled(page, f"at step {record['step']}", live.url))
+    assert ids <= finished, f"{sorted(ids - finished)} did not finish in {MAX_STEPS} steps"
+    return run
+
+
+def run_preset(page, live, preset: dict, check=lambda record: None) -> Run:
+    choose_preset(page, preset["label"])
+    if preset["id"] != "article":
+        set_knob(page, "Max tokens", MAX_TOKENS, after=preset["max_tokens"])
+    run = RUNS[preset["id"]] = Run(fire(page))
+    arrivals(page, live, preset, run)
+    return stepped(page, live, run, check)
+
+
+def check_article_step(driver, record: dict) -> None:
+    check_views(driver, record)
+    check_layout_title(driver, record)
 
 
 def test_article_preset_stepped_on_a_paused_engine_draws_every_step_truly(page, live):
-    presenter(page, "pause")
-    wait_for(page, lambda: (debug(page)["status"] or {}).get("paused"), "the engine to pause")
-    choose_preset(page, "article")
-    ids = fire(page)
-    assert [rid.rstrip("0123456789") for rid in ids] == ["A", "B", "C"]
-    RUN["counts"].append(counts_when_settled(page, live, "after Fire"))
-    records = RUN["records"]
-    finished: set[str] = set()  # a record lists a request's finish once, in the step it ends
-    while len(records) < MAX_STEPS and not set(ids) <= finished:
-        records.append(step(page, live))
-        finished |= set(records[-1]["finished"])
-        check_views(page, records[-1])
-        RUN["counts"].append(counts_when_settled(page, live, f"at step {records[-1]['step']}"))
-    presenter(page, "resume")
-    assert len(records) >= 3
-
-
-def test_header_cards_and_metrics_count_alike_at_every_moment():
-    assert RUN["counts"], "the article run did not happen"
-    disagree = [c for c in RUN["counts"] if len({c["header"], c["cards"], c["metrics"]}) > 1]
-    assert not disagree, f"(waiting, running) differ: {disagree[:4]}"
+    [article] = [p for p in PRESETS if p["id"] == "article"]
+    run = run_preset(page, live, article, lambda record: check_article_step(page, record))
+    assert [rid.rstrip("0123456789") for rid in run.ids] == ["A", "B", "C"]
+    assert len(run.records) >= 3
 
 
 def test_the_article_step_is_1_plus_1_plus_100_rows():
-    records = RUN["records"]
-    assert records, "the article run did not happen"
+    records = RUNS["article"].records
     article = [r for r in records if [(s["num_rows"], s["num_cached"]) for s in r["segments"]]
                == [(1, 500), (1, 200), (100, 0)]]
     assert article, [[(s["request_id"], s["num_rows"], s["num_cached"]) for s in r["segments"]]
                      for r in records[:4]]
     assert article[0]["cu_seqlens_q"] == [0, 1, 2, 102] and article[0]["seq_lens_k"] == [501, 201, 100]
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p["id"])
+def test_header_cards_and_metrics_count_alike_at_every_moment(page, live, preset):
+    run = RUNS.get(preset["id"]) or run_preset(page, live, preset)
+    assert len(run.moments) > len(run.records) >= 2
+    assert not disagreements(run.moments), f"(pending, waiting, running) differ: {disagreements(run.moments)[:4]}"
+
+
+def complete(url: str, prompt: str, answers: list) -> None:
+    body = json.dumps({"model": "default", "prompt": prompt, "max_tokens": MAX_TOKENS}).encode()
+    request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    answers.append(json.loads(urllib.request.urlopen(request, timeout=120).read()))
+
+
+def test_requests_sent_through_the_api_count_alike_at_every_moment(page, live):
+    answers: list[dict] = []
+    before = set(debug(page)["requests"])
+    threads = [threading.Thread(target=complete, args=(live.url, f"Question {k}: why batch?", answers))
+               for k in range(API_REQUESTS)]
+    for thread in threads:
+        thread.start()
+    fresh = wait_for(page, lambda: len(ids := set(debug(page)["requests"]) - before) == API_REQUESTS and ids,
+                     "the API's requests on the page")
+    assert all(rid.startswith("cmpl-") for rid in fresh)
+    run = RUNS["api"] = Run(sorted(fresh), moments=[counts_when_settled(page, "after the API calls", live.url)])
+    assert run.moments[0]["header"].waiting >= API_REQUESTS
+    stepped(page, live, run)
+    for thread in threads:
+        thread.join(30)
+    assert sorted(a["id"] for a in answers) == sorted(fresh)
+    assert not disagreements(run.moments), f"(pending, waiting, running) differ: {disagreements(run.moments)[:4]}"
 
 
 def card(driver, rid: str) -> dict | None:

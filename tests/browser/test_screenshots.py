@@ -4,12 +4,10 @@ overlapping; screenshots in out/screenshots/ (BATCHSCOPE_SCREENSHOT_MODEL=defaul
 with the real default model)."""
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 from chromium import (
-    ROOT,
     SHOTS,
     chromium,
     debug,
@@ -18,11 +16,10 @@ from chromium import (
     viewport,
     wait_for,
 )
-from live import choose_preset, fire, live_dashboard, open_page, presenter, step
-from truth import VIEWS, assert_texts_readable
+from live import PRESETS, choose_preset, fire, live_dashboard, open_page, presenter, step
+from truth import VIEWS, assert_page_text_whole, assert_texts_readable
 
 pytestmark = needs_chromium
-PRESETS = json.loads((ROOT / "assets" / "presets.json").read_text(encoding="utf-8"))["presets"]
 SIZES = [(1920, 1080), (1366, 768)]
 MAX_STEPS = 8
 
@@ -46,7 +43,7 @@ def showcase(record: dict, ids: list[str]) -> bool:
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p["id"])
 def test_each_preset_drawn_readably_at_both_sizes(page, preset):
     driver, live = page
-    choose_preset(driver, preset["title"])
+    choose_preset(driver, preset["label"])
     ids = fire(driver)
     records = [step(driver, live)]
     while len(records) < MAX_STEPS and not showcase(records[-1], ids):
@@ -57,8 +54,9 @@ def test_each_preset_drawn_readably_at_both_sizes(page, preset):
             viewport(driver, width, height)
             driver.execute_script("window.scrollTo(0, 0)")
             wait_for(driver, lambda: drawn(driver, "drawnToSize", VIEWS), "views sized to fit")
-            assert_texts_readable(driver, f"{preset['id']} at {width}x{height}")
             driver.save_screenshot(str(SHOTS / f"{preset['id']}_{width}x{height}.png"))
+            assert_texts_readable(driver, f"{preset['id']} at {width}x{height}")
+            assert_page_text_whole(driver, f"{preset['id']} at {width}x{height}")
     finally:
         viewport(driver, *SIZES[0])
         presenter(driver, "resume")

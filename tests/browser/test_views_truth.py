@@ -7,24 +7,18 @@ import shutil
 import subprocess
 
 import pytest
-from chromium import (
-    ROOT,
-    chromium,
-    debug,
-    drawn,
-    needs_chromium,
-    scrub,
-    viewport,
-    wait_for,
-)
+from chromium import ROOT, chromium, drawn, needs_chromium, viewport, wait_for
+from playback import open_replay, show_iteration
 from truth import (
     VIEWS,
+    assert_page_text_whole,
     assert_texts_readable,
     check_attention,
     check_block_tables,
+    check_layout_title,
     check_token_rows,
+    layout_title,
     rows_drawn,
-    shows,
 )
 
 pytestmark = needs_chromium
@@ -36,22 +30,8 @@ SAMPLED = [0, 3, 8, 30, 60, 100, 150, 200, 250, 280]  # across the trace: prefil
 @pytest.fixture(scope="module")
 def replay_page(replay_server):
     with chromium(1366, 768) as driver:
-        driver.get(replay_server.url + "/")
-        wait_for(driver, lambda: (s := debug(driver)) and s["lastStep"] >= 0, "the first iteration")
+        open_replay(driver, replay_server)
         yield driver
-
-
-def show_iteration(driver, records, i: int) -> dict:
-    """Bring this page's replay to iteration ``i`` (a step when it is the next one, else a
-    seek) and wait until the views draw it."""
-    record = records[i]
-    shown = debug(driver)["lastStep"]
-    if i and shown == records[i - 1]["step"]:
-        driver.find_element("id", "bs-replay-step").click()
-    elif shown != record["step"]:
-        scrub(driver, i)
-    wait_for(driver, lambda: shows(driver, record), f"step {record['step']} drawn")
-    return record
 
 
 def test_token_layout_rows_span_num_rows_on_the_budget_axis(replay_page, records):
@@ -81,6 +61,7 @@ def test_no_label_is_cut_or_overlaps_another(replay_page, records, size):
             show_iteration(replay_page, records, i)
             wait_for(replay_page, lambda: drawn(replay_page, "drawnToSize", VIEWS), "views sized to fit")
             assert_texts_readable(replay_page, f"{size[0]}x{size[1]}, iteration {i}")
+            assert_page_text_whole(replay_page, f"{size[0]}x{size[1]}, iteration {i}")
     finally:
         viewport(replay_page, 1366, 768)
 
@@ -90,19 +71,11 @@ def test_the_token_layout_title_says_the_whole_sum(replay_page, records):
     try:
         for i in range(STEPS):
             record = show_iteration(replay_page, records, i)
-            title = wait_for(replay_page, lambda r=record: (t := layout_title(replay_page))
-                             and t.startswith(f"step {r['step']}:") and t, "the English title")
-            rows = "1 row" if record["num_rows"] == 1 else f"{record['num_rows']} rows"
-            terms = " + ".join(f"{s['request_id']} {s['num_rows']}" for s in record["segments"])
-            assert title.startswith(f"step {record['step']}: {terms} = {rows} of {record['token_budget']}")
+            wait_for(replay_page, lambda r=record: (layout_title(replay_page) or "").startswith(f"step {r['step']}:"),
+                     "the English title")
+            check_layout_title(replay_page, record)
     finally:
         replay_page.execute_script("window.batchscope.setLanguage('both')")
-
-
-def layout_title(driver) -> str | None:
-    texts = drawn(driver, "drawnTexts", "bs-token-layout")
-    titles = [t for t in texts["texts"] if t["kind"] == "annotation"] if texts else []
-    return titles[0]["text"] if titles else None
 
 
 def covered(char: str) -> bool:

@@ -3,10 +3,15 @@ data and from the pixel boxes of the rendered SVG (drawn.js). Shared by the repl
 live-engine browser tests."""
 from __future__ import annotations
 
-from chromium import drawn
+import json
+import re
+
+from chromium import ROOT, debug, drawn
 
 PX = 1.5  # pixel tolerance of a drawn edge (anti-aliasing, bar outlines)
 VIEWS = ["bs-token-layout", "bs-block-tables", "bs-attention", "bs-timing"]
+STRINGS = json.loads((ROOT / "assets" / "strings.json").read_text(encoding="utf-8"))["views"]
+MAX_SUM_TERMS = 6  # a title names at most this many requests' rows, else counts the requests
 
 
 def segment_bars(figure: dict) -> dict[str, list[dict]]:
@@ -131,3 +136,50 @@ def assert_texts_readable(driver, where: str, views: list[str] = VIEWS) -> None:
             for b in texts[k + 1:]:
                 assert not overlaps(a["box"], b["box"]), \
                     f"{where}: {view}: {a['kind']} {a['text']!r} overlaps {b['kind']} {b['text']!r}"
+
+
+def assert_page_text_whole(driver, where: str) -> None:
+    """No text of the page outside the figures (dropdowns, buttons, header, cards, captions)
+    is cut by its box or hidden under an icon."""
+    clipped = drawn(driver, "clippedPageTexts")
+    assert not clipped, f"{where}: text cut off: " + "; ".join(
+        f"{c['tag'].lower()}#{c['id']}.{c['cls'].split(' ')[0]} {c['text']!r} needs {c['needs']} px, has {c['shown']}"
+        for c in clipped)
+
+
+def layout_title(driver) -> str | None:
+    """The token-layout title as drawn (its lines run together)."""
+    texts = drawn(driver, "drawnTexts", "bs-token-layout")
+    titles = [t for t in texts["texts"] if t["kind"] == "annotation"] if texts else []
+    return titles[0]["text"] if titles else None
+
+
+def says(key: str, lang: str, **values) -> str:
+    """The strings table's ``key`` as the page shows it in ``lang`` ("both": "English · 中文")."""
+    texts = [STRINGS[key][shown].format(**values) for shown in (("en", "zh") if lang == "both" else (lang,))]
+    return " · ".join(dict.fromkeys(texts))
+
+
+def layout_title_of(record: dict, lang: str) -> str:
+    """The sum the token-layout title must show for ``record``: "step 12: A 1 + B 1 + C 100 =
+    102 rows of 512" (in ``lang``), before any policy or stalled note."""
+    segments = record["segments"]
+    terms = (" + ".join(f"{s['request_id']} {s['num_rows']}" for s in segments)
+             if 0 < len(segments) <= MAX_SUM_TERMS else says("layout.requests", lang, n=len(segments)))
+    rows = says("layout.rows_one" if record["num_rows"] == 1 else "layout.rows", lang,
+                rows=record["num_rows"], budget=record["token_budget"])
+    return f"{says('layout.step', lang, step=record['step'])}: {terms} = {rows}"
+
+
+def bare(text: str) -> str:
+    """``text`` without spaces and separators (where a drawn title's lines break)."""
+    return re.sub(r"[\s·]+", "", text)
+
+
+def check_layout_title(driver, record: dict) -> None:
+    """The token-layout title shows the step's whole sum, uncut, in the page's language (its
+    lines may break where a separator was)."""
+    expected = layout_title_of(record, debug(driver)["lang"])
+    title = layout_title(driver)
+    assert title and "…" not in title and bare(title).startswith(bare(expected)), \
+        f"step {record['step']}: the title reads {title!r}, not {expected!r}"

@@ -54,6 +54,15 @@ test("a card is pending until its arrival, waiting until a record schedules it",
   assert.equal(state.requests.get("A1").status, "prefilling");
 });
 
+test("a request fired from the dashboard has a pending card from the frame that says so", () => {
+  let state = reduce(initialState(), { type: "snapshot", viewer: "v", meta: META, status: {}, requests: [], records: [] });
+  state = reduce(state, { type: "frame", events: [{ kind: "fired", request_id: "B2", time: 1, color: 4,
+    label: "200-token prompt", visible: true, mine: true }], records: [] });
+  const entry = state.requests.get("B2");
+  assert.deepEqual([entry.status, entry.label, entry.color, entry.text, entry.arrival], ["pending", "200-token prompt", 4, "", null]);
+  assert.ok(state.dirty.cards.has("B2"));
+});
+
 function record(step, statuses, computed = 1) {
   const requests = Object.fromEntries(Object.entries(statuses).map(([rid, status]) => [rid,
     { status, num_prompt_tokens: 4, num_computed_tokens: computed, num_output_tokens: 0, prefill_target: 4 }]));

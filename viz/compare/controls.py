@@ -42,7 +42,7 @@ class CompareHandlers:
     traces: Path = TRACES
 
     def choices(self) -> list[tuple[str, str]]:
-        presets = [(f"{p.title} · {p.title_zh}", p.id) for p in self.library.presets.values()]
+        presets = self.library.choices()
         traces = [(PAGE.both("compare_trace", name=path.name), TRACE_PREFIX + path.name)
                   for path in sorted(self.traces.glob("*.jsonl*"))]
         return presets + traces

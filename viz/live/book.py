@@ -1,10 +1,10 @@
 """RequestBook: what every viewer needs to draw one text panel per request.
 
-It folds the request events (arrival, text deltas) into one entry per request: prompt, text
-so far, timings for TTFT and inter-token latency, the owner (the visitor who fired it) and a
-colour index shared by every view. A viewer that connects late, or that lost frames, gets the
-entries as a snapshot; delta events carry the ``offset`` of their text so that replaying a
-delta the snapshot already holds changes nothing.
+It folds the request events (fired from the dashboard, arrival, text deltas) into one entry
+per request: prompt, text so far, timings for TTFT and inter-token latency, the owner (the
+visitor who fired it) and a colour index shared by every view. A viewer that connects late,
+or that lost frames, gets the entries as a snapshot; delta events carry the ``offset`` of
+their text so that replaying a delta the snapshot already holds changes nothing.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class RequestBook:
             entry.prompt = event.get("prompt")
             entry.num_prompt_tokens = event.get("num_prompt_tokens", 0)
             entry.arrival = event["time"]
-        else:
+        elif event["kind"] == "delta":
             extra["offset"], extra["token_offset"] = len(entry.text), entry.num_output_tokens
             entry.text += event.get("text", "")
             if event.get("token_ids"):

@@ -23,7 +23,9 @@ stream /telemetry/stream (transport.py):
   ``max_records_per_frame`` of the latest; ``records_dropped`` counts the older ones of the
   tick left out (their steps are missing from the sequence). Events are RequestEvent
   dicts plus ``color``, ``label``, ``offset``/``token_offset`` (deltas: where their text and
-  tokens start in the output), ``mine`` and ``visible``. Text of requests the viewer may not
+  tokens start in the output), ``mine`` and ``visible``; besides arrivals and deltas, a
+  ``{"kind": "fired", "request_id", "time"}`` event announces a request fired from the
+  dashboard that the engine does not have yet (pending until its arrival). Text of requests the viewer may not
   read is removed (privacy.py). Viewers that would get the same bytes share one serialisation,
   and each record's bulk (all but ``sampled``) is serialised once per tick for all of them.
 - ``status``: ``{"source": "live" | "replay" | ..., "state", "error", "model",
@@ -122,11 +124,18 @@ class TelemetryHub:
             self._records_arrived += 1
 
     def publish_event(self, event: dict) -> None:
-        """One RequestEvent dict (arrival or delta), as from ``RequestEvent.to_dict()``."""
+        """One RequestEvent dict (arrival or delta, as from ``RequestEvent.to_dict()``, or
+        ``fired``)."""
         with self._lock:
             if len(self._pending_events) == MAX_PENDING_EVENTS:
                 self._events_lost = True  # viewers resync from the book
             self._pending_events.append(self._book.apply(event))
+
+    def fired(self, request_id: str, owner: str | None, label: str | None = None) -> None:
+        """A request fired from the dashboard that the engine does not have yet: claimed, and
+        shown to every viewer as pending (a ``fired`` event) until its arrival."""
+        self.claim(request_id, owner, label)
+        self.publish_event({"kind": "fired", "request_id": request_id, "time": time.time()})
 
     def claim(self, request_id: str, owner: str | None, label: str | None = None) -> None:
         """Record who fired ``request_id`` (before submitting it, so no event goes out

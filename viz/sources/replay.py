@@ -4,7 +4,8 @@ ReplayPlayer, so the hub and the views take a replay exactly as they take a live
 Beyond the protocol it has ``subscribe_restarts``: a seek backwards starts the stream over
 (the hub forgets what it had; viewers resync). ``status()`` adds the playback (``replay``:
 trace, iteration, speed, playing, the steps the recording lost) and ``counts()`` are the
-queue lengths of the iteration on screen. Callbacks run on the player's thread or a
+waiting and running requests of the iteration on screen, as its cards show them
+(shown_queues.py). Callbacks run on the player's thread or a
 control's, under the player's lock: they must only hand data off, as with an engine.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from engine.telemetry import upgrade_record
 
 from ..traces.player import PlayerState, ReplayPlayer
 from ..traces.trace import Trace, TraceEntry, trace_phases
+from .shown_queues import ShownQueues
 
 
 class Listeners:
@@ -41,7 +43,7 @@ class ReplaySource:
         self.trace = trace
         self.name = name
         self._records, self._events, self._restarts = Listeners(), Listeners(), Listeners()
-        self._counts = {"waiting": 0, "running": 0}
+        self._queues = ShownQueues()
         self.player = ReplayPlayer(trace, self._publish, self._restart, on_state=self._remember)
         self._state = self.player.state
         self._info = trace_info(trace)
@@ -69,7 +71,7 @@ class ReplaySource:
                            "gaps": self.trace.lost_steps}}
 
     def counts(self) -> dict[str, int]:
-        return self._counts
+        return self._queues.counts()
 
     def close(self) -> None:
         self.player.close()
@@ -78,14 +80,15 @@ class ReplaySource:
     def _publish(self, entry: TraceEntry) -> None:
         if entry.kind == "record":
             data = upgrade_record(entry.data)  # a schema-1 trace replays as schema 2
-            self._counts = {"waiting": data["num_waiting"], "running": data["num_running"]}
+            self._queues.on_record(data)
             self._records(data)
         elif entry.kind == "event":
+            self._queues.on_event(entry.data)
             self._events(entry.data)
         # a gap has nothing to show but its place: status.replay.gaps lists them
 
     def _restart(self) -> None:
-        self._counts = {"waiting": 0, "running": 0}
+        self._queues.clear()
         self._restarts()
 
     def _remember(self, state: PlayerState) -> None:

@@ -102,12 +102,14 @@ class Firing:
         prepared = [replace(item, prepared=self.submitter.prepare(item, self.max_prompt_tokens))
                     for item in planned]
         self._count(len(prepared))
-        thread = threading.Thread(target=self.submit, args=(prepared, owner),
+        for item in prepared:
+            self.hub.fired(item.request_id, owner, item.label)
+        thread = threading.Thread(target=self.submit, args=(prepared,),
                                   name="batchscope-fire", daemon=True)
         thread.start()
         return [item.request_id for item in planned]
 
-    def submit(self, planned: list[PlannedRequest], owner: str | None) -> None:
+    def submit(self, planned: list[PlannedRequest]) -> None:
         """Hand each prepared request to the engine at its time (on the shot's thread)."""
         started = time.monotonic()
         submitted: list[str] = []
@@ -117,11 +119,10 @@ class Firing:
                                         AFTER_DECODING_TIMEOUT_S)
             elif (wait := started + item.delay_s - time.monotonic()) > 0:
                 time.sleep(wait)
-            if self._hand_over(item, owner):
+            if self._hand_over(item):
                 submitted.append(item.request_id)
 
-    def _hand_over(self, item: PlannedRequest, owner: str | None) -> bool:
-        self.hub.claim(item.request_id, owner, item.label)
+    def _hand_over(self, item: PlannedRequest) -> bool:
         try:
             self.submitter.submit(item)
         except Exception as exc:  # e.g. the engine stopped: finish the claimed entry

@@ -43,11 +43,14 @@ class Preset:
     chat: bool = True
     fixed: bool = False  # the request list is the workload: count and spacing do not apply
     ignore_eos: bool = False  # every request generates exactly its max tokens
+    label: str = ""  # the dropdown's short name (the title is shown whole below it)
+    label_zh: str = ""
 
     @property
     def description(self) -> str:
-        """What the page shows about the preset, in both languages (Markdown)."""
-        return f"{self.about}\n\n{self.about_zh}"
+        """What the page shows about the preset, its whole title first, in both languages
+        (Markdown)."""
+        return f"**{self.title}**: {self.about}\n\n**{self.title_zh}**：{self.about_zh}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +63,8 @@ class PresetLibrary:
         return next(iter(self.presets.values()))
 
     def choices(self) -> list[tuple[str, str]]:
-        """(label, id) pairs for a dropdown."""
-        return [(f"{p.title} · {p.title_zh}", p.id) for p in self.presets.values()]
+        """(label, id) pairs for a dropdown: the short names, which fit its width."""
+        return [(f"{p.label} · {p.label_zh}", p.id) for p in self.presets.values()]
 
 
 def load_presets(path: Path = PRESETS_PATH) -> PresetLibrary:
