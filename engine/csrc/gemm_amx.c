@@ -41,11 +41,15 @@ int bs_amx_available(void) {
     return state;
 }
 
-/* A row of k floats to bf16 (to nearest even, the CPU's conversion), zeros up to kp. */
-static void to_bf16_row(const float *x, int64_t k, uint16_t *dst, int64_t kp) {
-    int64_t d = 0;
-    for (; d + LANES <= k; d += LANES) store_bf16(dst + d, load(x + d));
-    for (; d < kp; d++) dst[d] = d < k ? to_bf16(x[d]) : 0;
+/* Row r of x [m, k] into xb, laid out as the tiles will read it: rows in groups of 16, each group
+ * [kp / 32 tiles][16 rows][32 depths] (a tile is 1 KB of contiguous memory), zeros past k. */
+static void to_bf16_tiles(const float *x, int64_t r, int64_t k, int64_t kp, uint16_t *xb) {
+    uint16_t *group = xb + r / 16 * 16 * kp + r % 16 * DEPTH;
+    for (int64_t d = 0; d < kp; d += LANES) {
+        uint16_t *dst = group + d / DEPTH * 512 + d % DEPTH;
+        if (d + LANES <= k) store_bf16(dst, load(x + d));
+        else for (int i = 0; i < LANES; i++) dst[i] = d + i < k ? to_bf16(x[d + i]) : 0;
+    }
 }
 
 /* Depth padded to whole tile rows. */
@@ -76,8 +80,8 @@ static inline void add_bias(float *out, int64_t n, int rows, const float *bias, 
 
 /* Up to 32 rows (`rows_a` <= 16 in tiles 0/1, then `rows_b` in 2/3) of xb times one panel. */
 static void panel_rows(const uint16_t *xb, int64_t kp, const uint16_t *panel, float *out, int64_t n, int64_t col,
-                       int rows_a, int rows_b, const float *bias) {
-    const int64_t x_stride = kp * 2, blocks = kp / DEPTH;
+                       int rows_a, int rows_b, const float *bias, int stream) {
+    const int64_t blocks = kp / DEPTH;
     _tile_zero(0);
     _tile_zero(1);
     if (rows_b) {
@@ -86,14 +90,15 @@ static void panel_rows(const uint16_t *xb, int64_t kp, const uint16_t *panel, fl
     }
     for (int64_t b = 0; b < blocks; b++) {
         const uint16_t *w = panel + b * 1024;
-        for (int line = 0; line < 32; line++) __builtin_prefetch((const char *)(w + PREFETCH * 1024) + line * 64);
+        if (stream)
+            for (int line = 0; line < 32; line++) __builtin_prefetch((const char *)(w + PREFETCH * 1024) + line * 64);
         _tile_loadd(6, w, 64);
         _tile_loadd(7, w + 512, 64);
-        _tile_loadd(4, xb + b * DEPTH, x_stride);
+        _tile_loadd(4, xb + b * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         if (rows_b) {
-            _tile_loadd(5, xb + 16 * kp + b * DEPTH, x_stride);
+            _tile_loadd(5, xb + 16 * kp + b * 512, 64);
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
         }
@@ -116,13 +121,13 @@ static void thread_panels(const uint16_t *xb, int64_t kp, const uint16_t *packed
         configure(16, 16);
         for (int64_t p = first; p < last; p++)  /* a panel stays in L1/L2 while the rows pass over it */
             for (int64_t r = 0; r < full; r += 32)
-                panel_rows(xb + r * kp, kp, packed + p * kp * PANEL, out + r * n, n, p * PANEL, 16, 16, bias);
+                panel_rows(xb + r * kp, kp, packed + p * kp * PANEL, out + r * n, n, p * PANEL, 16, 16, bias, m <= 32);
     }
     if (rest) {
         int a = rest > 16 ? 16 : (int)rest, b = (int)rest - a;
         configure(a, b);
         for (int64_t p = first; p < last; p++)
-            panel_rows(xb + full * kp, kp, packed + p * kp * PANEL, out + full * n, n, p * PANEL, a, b, bias);
+            panel_rows(xb + full * kp, kp, packed + p * kp * PANEL, out + full * n, n, p * PANEL, a, b, bias, m <= 32);
     }
     _tile_release();
 }
@@ -131,12 +136,13 @@ static void thread_panels(const uint16_t *xb, int64_t kp, const uint16_t *packed
 int bs_linear_amx(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                   int64_t m, int64_t n, int64_t k, int num_threads) {
     const int64_t kp = bs_amx_depth(k), panels = n / PANEL;
-    uint16_t *xb = aligned_alloc(64, sizeof(uint16_t) * (m * kp + 64));
+    uint16_t *xb = aligned_alloc(64, sizeof(uint16_t) * ((m + 15) / 16 * 16 * kp + 64));
     if (!xb) return -2;
-    for (int64_t r = 0; r < m; r++) to_bf16_row(x + r * x_stride, k, xb + r * kp, kp);
     if (num_threads > panels) num_threads = (int)panels;
 #pragma omp parallel num_threads(num_threads)
     {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < m; r++) to_bf16_tiles(x + r * x_stride, r, k, kp, xb);
         int t = omp_get_thread_num(), count = omp_get_num_threads();
         thread_panels(xb, kp, packed, bias, out, m, n, panels * t / count, panels * (t + 1) / count);
     }

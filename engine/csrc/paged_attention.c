@@ -233,7 +233,7 @@ static inline int on_tiles(int amx, const int32_t *row_count, int s) { return am
  * rounded to bf16 (to nearest even) for a bf16 cache: torch's index_copy_ of .to(dtype), in one pass. */
 static void write_kv(const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int64_t *slots,
                      int64_t rows, void *k_cache, void *v_cache, int bf16, int64_t width, int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows >= 64)
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows >= 16)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t i = 0; i < width; i++) {
             int64_t to = slots[r] * width + i;
