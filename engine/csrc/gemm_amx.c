@@ -94,6 +94,10 @@ static void panel_rows(const uint16_t *xb, int64_t kp, const uint16_t *panel, fl
             for (int line = 0; line < 32; line++) __builtin_prefetch((const char *)(w + PREFETCH * 1024) + line * 64);
         _tile_loadd(6, w, 64);
         _tile_loadd(7, w + 512, 64);
+        for (int line = 0; line < 16; line++) {  /* the next depth block's x tiles, from L2 (5-10% at 256 rows) */
+            __builtin_prefetch((const char *)(xb + (b + 1) * 512) + line * 64);
+            if (rows_b) __builtin_prefetch((const char *)(xb + 16 * kp + (b + 1) * 512) + line * 64);
+        }
         _tile_loadd(4, xb + b * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
