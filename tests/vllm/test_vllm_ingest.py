@@ -83,11 +83,27 @@ def test_valid_records_reach_every_subscriber_and_bad_input_is_counted():
     assert [r["step"] for r in seen] == [r["step"] for r in good]
     assert source.stats.records == 4 and source.stats.invalid == 5
     assert "num_rows" in source.stats.last_error and source.stats.dropped_by_engine == 5
-    assert source.counts() == {"waiting": 0, "running": 3}
+    assert source.counts() == {"waiting": 0, "running": 1}  # R, decoding in the latest record listing it
     assert events == [{"kind": "arrival", "request_id": "R"}]
     unsubscribe()
     producer.receive(message("record", data=good[0]))
     assert len(seen) == 4
+
+
+def test_counts_are_what_the_cards_show_before_vllm_lists_a_request():
+    """A prompt fired from the dashboard is on its card (waiting) at once; vLLM's records list it only
+    from its next step. The header and /metrics count it as its card does, then follow the records."""
+    source = IngestSource(TOKEN)
+    producer = source.open(HELLO)
+    first, *rest = chunked_prefill()
+    producer.receive(message("record", data=first))
+    source.publish_event({"kind": "arrival", "request_id": "D", "step": first["step"]})
+    assert source.counts() == {"waiting": 1, "running": 1}  # D fired, R prefilling
+    producer.receive(message("record", data={**rest[0], "requests": {
+        "D": {**first["requests"]["R"], "status": "prefilling"}}}))
+    assert source.counts() == {"waiting": 0, "running": 2}
+    producer.receive(message("record", data={**rest[1], "finished": {"D": "stop"}}))
+    assert source.counts() == {"waiting": 0, "running": 1}
 
 
 def test_the_plugin_sender_streams_into_the_ingest_and_a_wrong_token_is_refused(caplog):
@@ -128,8 +144,10 @@ def test_a_restarted_engine_continues_the_step_numbers_the_views_have_seen():
     first = source.open(HELLO)
     for record in chunked_prefill():  # steps 0-3
         first.receive(message("record", data=record))
+    source.publish_event({"kind": "arrival", "request_id": "lost", "step": 3})
     first.close()
     second = source.open(HELLO)
+    assert source.counts() == {"waiting": 0, "running": 0}  # the old engine's requests went with it
     for record in chunked_prefill()[:2]:  # steps 0-1 of the new engine
         second.receive(message("record", data=record))
     assert [r["step"] for r in seen] == [0, 1, 2, 3, 4, 5]

@@ -16,8 +16,9 @@ connected, "dead" after it went away (``error`` says so; back to "ready" when on
 an engine that restarted while Batchscope ran continues the step numbers where the last one
 stopped (views skip steps they have drawn; traces need growing steps). ``status()`` also
 carries ``"ingest"``: the counters of ``IngestStats`` (records taken, invalid messages dropped,
-connections refused, records the engine's own queue dropped). ``counts()`` are the latest
-record's queue lengths.
+connections refused, records the engine's own queue dropped). ``counts()`` are what the cards
+show (shown_queues.py): a prompt fired from the dashboard is waiting from its arrival event, before
+vLLM's next record lists it.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from engine.record_source import SourceInfo, Unsubscribe
 from engine.telemetry import upgrade_record, validate_record
 
 from .request_aliases import RequestAliases
+from .shown_queues import ShownQueues
 
 PROTOCOL = 1
 HELLO_TIMEOUT = 10.0  # seconds for a new connection to say hello
@@ -74,7 +76,7 @@ class IngestSource:
         self._record_subscribers: tuple[Callable[[dict], None], ...] = ()
         self._event_subscribers: tuple[Callable[[dict], None], ...] = ()
         self._producer: object | None = None
-        self._counts = {"waiting": 0, "running": 0}
+        self._queues = ShownQueues()
         self._state, self._error = "loading", None
         self._started, self._load_seconds = time.monotonic(), None
         self._attached = threading.Event()
@@ -109,10 +111,11 @@ class IngestSource:
         return self._info
 
     def counts(self) -> dict[str, int]:
-        return dict(self._counts)  # replaced whole per record: both numbers from one step
+        return self._queues.counts()
 
     def publish_event(self, event: dict) -> None:
         """A RequestEvent from this process (attach mode's API client) to the subscribers."""
+        self._queues.on_event(event)
         _deliver(self._event_subscribers, event)
 
     def close(self) -> None:
@@ -141,6 +144,7 @@ class IngestSource:
             if self._load_seconds is None:
                 self._load_seconds = round(time.monotonic() - self._started, 3)
             self.stats.connections += 1
+        self._queues.clear()  # an engine that (re)attaches holds none of the requests counted before
         self._attached.set()
         log.info("ingest: %s %s attached (%s)", info.engine, info.engine_version, info.model)
         return producer
@@ -177,7 +181,7 @@ class IngestSource:
             self.stats.last_error = str(exc)[:200]
             return
         record = self._numbered(self.aliases.rename(upgrade_record(record)))
-        self._counts = {"waiting": record["num_waiting"], "running": record["num_running"]}
+        self._queues.on_record(record)
         self.stats.records += 1
         _deliver(self._record_subscribers, record)
 
