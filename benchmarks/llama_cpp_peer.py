@@ -9,6 +9,8 @@ token-id prompts (no BOS added: prompts are token arrays), greedy (temperature 0
 ``ignore_eos``, the same ``n_predict``, threads, token budget (``-b``/``-ub``) and KV space (a
 unified pool of as many tokens as fit the same bytes, at F32 for the F32 model, else llama.cpp's
 default F16); prompt caching across requests off (``-cram 0``, ``cache_prompt: false``).
+The server is built without ggml's AMX backend (``make llamacpp-install``): on a CPU with AMX its
+quantized matmuls die of SIGILL at the first step.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .arrivals import ArrivalGate
@@ -31,6 +34,7 @@ from .workloads import Workload
 now = time.perf_counter
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300
+UNSEEN = -1  # a generated token whose id the stream never sent (see _deliver_chunk)
 
 
 def find_server() -> Path | None:
@@ -54,6 +58,19 @@ def link_libraries(server: Path) -> None:
         link = server.parent / name
         if not link.exists() and not link.is_symlink():
             link.symlink_to(target)
+
+
+def _deliver_chunk(chunk: dict, seen: int, on_tokens: Callable[[list[int]], None]) -> int:
+    """The tokens a streamed chunk brings; returns how many the request has now. llama-server does
+    not send a token whose text is an incomplete UTF-8 sequence (random token ids make many):
+    such tokens reach the client only as the count ``tokens_predicted`` of a later chunk, without
+    their ids (``UNSEEN``); they are timed when that chunk arrives, which is when the client has them."""
+    ids = list(chunk.get("tokens") or [])
+    predicted = chunk.get("tokens_predicted", seen + len(ids))
+    if predicted > seen:
+        new = predicted - seen
+        on_tokens([UNSEEN] * (new - len(ids)) + ids[-new:])
+    return max(predicted, seen)
 
 
 def _free_port() -> int:
@@ -162,7 +179,7 @@ class LlamaCppPeer:
             raise RuntimeError("; ".join(errors[:3]))
         return RunResult(timings)
 
-    def _stream(self, spec, on_tokens) -> None:
+    def _stream(self, spec, on_tokens: Callable[[list[int]], None]) -> None:
         body = json.dumps({
             "prompt": spec.prompt, "n_predict": spec.max_tokens, "ignore_eos": True, "temperature": 0,
             "top_k": 1, "stream": True, "return_tokens": True, "cache_prompt": False,
@@ -173,11 +190,11 @@ class LlamaCppPeer:
             response = conn.getresponse()
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
+            seen = 0
             for line in response:
                 if line.startswith(b"data: "):
                     chunk = json.loads(line[6:])
-                    if chunk.get("tokens"):
-                        on_tokens(chunk["tokens"])
+                    seen = _deliver_chunk(chunk, seen, on_tokens)
                     if chunk.get("stop"):
                         break
         finally:

@@ -1,6 +1,8 @@
 """A stand-in for llama.cpp's ``llama-server`` (the parts the llama_cpp peer uses): ``--version``,
-``GET /health``, and ``POST /completion`` streaming one token per server-sent event. Its "model"
-answers token ``(sum(prompt) + i) % 1000`` at step ``i``, so a test knows what to expect. The flags
+``GET /health``, and ``POST /completion`` streaming one token per server-sent event, except that,
+as the real server does for a token whose text is not yet whole UTF-8, it holds some back: their
+ids never come, only the count (``tokens_predicted``). Its "model" answers token
+``(sum(prompt) + i) % 1000`` at step ``i``, so a test knows what to expect. The flags
 it was started with are written to ``$FAKE_LLAMA_FLAGS`` (a file) for the test to check."""
 import json
 import os
@@ -18,11 +20,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        base = sum(body["prompt"])
-        for i in range(body["n_predict"]):
-            chunk = {"content": "x", "tokens": [(base + i) % 1000], "stop": False}
+        base, n = sum(body["prompt"]), body["n_predict"]
+        for i in range(n):
+            if i % 3 == 1 or i == n - 1:
+                continue  # as llama.cpp holds back a token whose text is an incomplete UTF-8 sequence
+            chunk = {"content": "x", "tokens": [(base + i) % 1000], "stop": False, "tokens_predicted": i + 1}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(f"data: {json.dumps({'content': '', 'tokens': [], 'stop': True})}\n\n".encode())
+        final = {"content": "", "tokens": [], "stop": True, "tokens_predicted": n}
+        self.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
 
     def log_message(self, *args):
         pass
