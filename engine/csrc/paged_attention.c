@@ -182,6 +182,27 @@ static inline __attribute__((always_inline)) void score_rows(const Args *a, cons
     }
 }
 
+/* Rows i0 .. i0 + R - 1 of a chunk (those below `rows` stored): the weighted sum of the values, each
+ * row's keys in order, divided by the row's total. C vectors per head row; called with constant C and
+ * R so that the R x C accumulators stay in registers (rows past `rows` are computed, never stored). */
+static inline __attribute__((always_inline)) void weigh_rows(const Args *a, const int32_t *table, int64_t nkeys,
+                                                             int64_t head, const vf *st, vf total, int i0, int rows,
+                                                             float *out, int bf16, const int C, const int R) {
+    vf acc[R][C];
+    for (int i = 0; i < R; i++)
+        for (int c = 0; c < C; c++) acc[i][c] = (vf){0};
+    for (int64_t j = 0; j < nkeys; j++) {
+        int64_t at = key_offset(a, table, j) + head;
+        for (int c = 0; c < C; c++) {
+            vf v = chunk(a->v_cache, bf16, at + (int64_t)c * LANES);
+            for (int i = 0; i < R; i++) acc[i][c] = st[j][(i0 + i) & (LANES - 1)] * v + acc[i][c];
+        }
+    }
+    for (int i = 0; i < R && i0 + i < rows; i++)
+        for (int c = 0; c < C; c++)
+            store(out + (int64_t)(i0 + i) * a->heads * a->dim + c * LANES, acc[i][c] * (1.0f / total[i0 + i]));
+}
+
 static inline __attribute__((always_inline)) void attend_rows(const Args *a, const int32_t *table, int64_t row0,
                                                               int rows, int64_t pos0, Scratch *sc, int bf16) {
     const int group = a->heads / a->kv_heads, chunks = a->dim / LANES;
@@ -196,22 +217,15 @@ static inline __attribute__((always_inline)) void attend_rows(const Args *a, con
         for (int64_t j = 0; j < nkeys; j++) max = vmaxf(st[j], max);
         for (int64_t j = 0; j < nkeys; j++) st[j] = vexp(st[j] - max), total += st[j];
         const int64_t head = (int64_t)(hq / group) * a->dim;
-        for (int i0 = 0; i0 < rows; i0 += 4) {
-            int m = rows - i0 < 4 ? rows - i0 : 4;
-            vf acc[4][MAX_DIM / LANES];
-            for (int i = 0; i < m; i++)
-                for (int c = 0; c < chunks; c++) acc[i][c] = (vf){0};
-            for (int64_t j = 0; j < nkeys; j++) {
-                int64_t at = key_offset(a, table, j) + head;
-                for (int c = 0; c < chunks; c++) {
-                    vf v = chunk(a->v_cache, bf16, at + (int64_t)c * LANES);
-                    for (int i = 0; i < m; i++) acc[i][c] = st[j][i0 + i] * v + acc[i][c];
-                }
-            }
-            for (int i = 0; i < m; i++)
-                for (int c = 0; c < chunks; c++)
-                    store(a->out + ((row0 + i0 + i) * a->heads + hq) * a->dim + c * LANES, acc[i][c] * (1.0f / total[i0 + i]));
-        }
+        float *out = a->out + (row0 * a->heads + hq) * a->dim;
+        if (chunks == 4)  /* head_dim 64: 4 rows x 4 vectors of accumulators stay in registers */
+            for (int i0 = 0; i0 < rows; i0 += 4) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 4, 4);
+        else if (chunks == 8)
+            for (int i0 = 0; i0 < rows; i0 += 2) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 8, 2);
+        else if (chunks == 1)
+            for (int i0 = 0; i0 < rows; i0 += 4) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 1, 4);
+        else
+            for (int i0 = 0; i0 < rows; i0++) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, chunks, 1);
     }
 }
 
