@@ -1,5 +1,6 @@
-"""Runs a whole benchmark: the machine's ceilings, one worker process per peer, the
-telemetry experiment, then figures and targets, into one results dict."""
+"""Runs a whole benchmark: the machine's ceilings, the peers (a worker process per peer and
+repeat, the repeats in rounds over all peers), the telemetry experiment, then figures and
+targets, into one results dict."""
 from __future__ import annotations
 
 import json
@@ -77,29 +78,8 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
             "description": workload.description, "num_prompt_tokens": workload.num_prompt_tokens,
             "num_output_tokens": workload.num_output_tokens, "peers": {},
         }
-    order = list(dict.fromkeys(p for w in workloads for p in peers[w]))
-    results["failed"], results["missing"], results["peer_info"] = {}, {}, {}
-    for peer in order:
-        reason = missing_reason(peer, ctx.model, in_process)
-        if reason is not None:
-            results["missing"][peer] = reason
-            log(f"{peer}: MISSING: {reason}")
-            continue
-        mine = [w for w in workloads if peer in peers[w]]
-        t = time.time()
-        job = {"kind": "peer", "peer": peer, "workloads": mine, "ctx": asdict(ctx) | {"model": resolved_model(peer, ctx.model)},
-               "setting": setting.name, "threads": threads, "repeats": repeats}
-        try:
-            out = run_job(job, timeout_s, in_process, interpreter(peer))
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the other peers still count
-            results["failed"][peer] = str(exc)[-2000:]
-            log(f"{peer}: FAILED after {time.time() - t:.0f} s: {str(exc)[-500:]}")
-            continue
-        rates = ", ".join(f"{w} {out[w]['repeats_output_tok_s']} tok/s" for w in mine)
-        log(f"{peer}: {rates} ({time.time() - t:.0f} s)")
-        results["peer_info"][peer] = out["info"]
-        for w in mine:
-            results["workloads"][w]["peers"][peer] = out[w]
+    _run_peers(results, peers, workloads, ctx, {"kind": "peer", "setting": setting.name, "threads": threads,
+                                                "repeats": 1}, repeats or setting.repeats, timeout_s, in_process, log)
     if telemetry and "W1" in workloads:
         results["telemetry"] = run_job({"kind": "telemetry", "ctx": asdict(ctx), "setting": setting.name,
                                         "threads": threads}, timeout_s, in_process)
@@ -112,6 +92,61 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
     results["warmup_seed"] = WARMUP_SEED
     results["elapsed_s"] = round(time.time() - started, 1)
     return results
+
+
+def rounds(peers: list[str], repeats: int) -> list[tuple[int, list[str]]]:
+    """Repeat r of every peer in round r, the rounds in alternating order (A B C, C B A, A B C ..):
+    on a shared host whose speed drifts from minute to minute, repeat r of two peers then runs
+    minutes apart, not a whole peer's series apart, and a linear drift cancels over two rounds."""
+    return [(r, peers if r % 2 == 0 else peers[::-1]) for r in range(repeats)]
+
+
+def _run_peers(results: dict, peers: dict[str, tuple[str, ...]], workloads: list[str], ctx: PeerContext,
+               base: dict, repeats: int, timeout_s: float, in_process: bool, log) -> None:
+    """Every peer of ``workloads`` in ``repeats`` rounds, one process per peer and round; a missing
+    peer is reported as missing, a failed one as failed (with the repeats it finished before), never
+    skipped silently."""
+    order = list(dict.fromkeys(p for w in workloads for p in peers[w]))
+    results["failed"], results["missing"], results["peer_info"] = {}, {}, {}
+    for peer in order:
+        reason = missing_reason(peer, ctx.model, in_process)
+        if reason is not None:
+            results["missing"][peer] = reason
+            log(f"{peer}: MISSING: {reason}")
+    for first_repeat, round_order in rounds([p for p in order if p not in results["missing"]], repeats):
+        for peer in (p for p in round_order if p not in results["failed"]):
+            mine = [w for w in workloads if peer in peers[w]]
+            job = base | {"peer": peer, "workloads": mine, "first_repeat": first_repeat,
+                          "ctx": asdict(ctx) | {"model": resolved_model(peer, ctx.model)}}
+            _run_peer_once(results, job, timeout_s, in_process, log)
+
+
+def _run_peer_once(results: dict, job: dict, timeout_s: float, in_process: bool, log) -> None:
+    """One round of one peer in a process of its own, merged into ``results``."""
+    peer, mine, t = job["peer"], job["workloads"], time.time()
+    try:
+        out = run_job(job, timeout_s, in_process, interpreter(peer))
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the other peers still count
+        results["failed"][peer] = f"repeat {job['first_repeat']}: {str(exc)[-2000:]}"
+        log(f"{peer}: FAILED in repeat {job['first_repeat']} after {time.time() - t:.0f} s: {str(exc)[-500:]}")
+        return
+    rates = ", ".join(f"{w} {out[w]['repeats_output_tok_s']} tok/s" for w in mine)
+    log(f"{peer} (repeat {job['first_repeat']}): {rates} ({time.time() - t:.0f} s)")
+    results["peer_info"][peer] = out["info"]
+    for w in mine:
+        entries = results["workloads"][w]["peers"]
+        entries[peer] = merge_repeats(entries.get(peer), out[w])
+
+
+def merge_repeats(so_far: dict | None, more: dict) -> dict:
+    """A peer's workload entry with one more round's repeats: the tok/s of every repeat in order, the
+    figures and steps of the fastest, the token ids of the first (the prompts every peer shares)."""
+    if so_far is None:
+        return more
+    merged = dict(so_far, repeats_output_tok_s=so_far["repeats_output_tok_s"] + more["repeats_output_tok_s"])
+    if more["figures"]["output_tok_s"] > so_far["figures"]["output_tok_s"]:
+        merged |= {k: more[k] for k in ("figures", "steps", "peak_mem_method")}
+    return merged
 
 
 def _score(results: dict, setting: Setting, ctx: PeerContext, threads: int) -> None:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True)
 class Setting:
     name: str
-    repeats: int  # measured runs per peer and workload (best one reported), after one warm-up
+    repeats: int  # measured runs per peer and workload, one round over all peers each (best one reported)
     token_budget: int  # Batchscope max_num_batched_tokens (chunk size) and generate_batch's max_batch_tokens
     max_num_seqs: int  # running requests at most (Batchscope) / requests per batch (generate_batch)
     hf_batch_size: int  # requests per padded static batch (transformers generate)

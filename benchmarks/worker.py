@@ -1,7 +1,8 @@
 """One benchmark job in its own process: ``python -m benchmarks.worker job.json out.json``.
 
-A job is one peer over some workloads (warm-up run, then ``repeats`` measured runs each, the
-fastest reported), or the telemetry-cost experiment. A process per peer keeps each peer's
+A job is one peer over some workloads (warm-up run, then ``repeats`` measured runs each, from
+repeat ``first_repeat``: repeat r always gets the prompts of seed r; the fastest reported), or the
+telemetry-cost experiment. A process per peer keeps each peer's
 peak memory, thread pools and caches its own.
 """
 from __future__ import annotations
@@ -38,21 +39,22 @@ def cpu_seconds() -> float:
     return time.process_time() + sum(sum(c.cpu_times()[:2]) for c in children if c.is_running())
 
 
-def run_peer(name: str, ctx: PeerContext, setting: Setting, workloads: list[str], threads: int) -> dict:
+def run_peer(name: str, ctx: PeerContext, setting: Setting, workloads: list[str], threads: int,
+             first_repeat: int = 0) -> dict:
     vocab = model_shapes(ctx.model).vocab
     peer = make_peer(name, ctx, threads)
     peer.setup()
     try:
-        return {"info": peer.info()} | {w: _measure(peer, ctx, setting, w, vocab) for w in workloads}
+        return {"info": peer.info()} | {w: _measure(peer, ctx, setting, w, vocab, first_repeat) for w in workloads}
     finally:
         if hasattr(peer, "close"):
             peer.close()
 
 
-def _measure(peer, ctx: PeerContext, setting: Setting, w: str, vocab: int) -> dict:
+def _measure(peer, ctx: PeerContext, setting: Setting, w: str, vocab: int, first_repeat: int) -> dict:
     peer.run(build(w, setting, WARMUP_SEED, vocab))
     runs = []
-    for r in range(setting.repeats):
+    for r in range(first_repeat, first_repeat + setting.repeats):
         workload = build(w, setting, r, vocab)
         cpu = cpu_seconds()
         with PeakMemory(torch.device(ctx.device)) as memory:
@@ -68,7 +70,7 @@ def _measure(peer, ctx: PeerContext, setting: Setting, w: str, vocab: int) -> di
         "repeats_output_tok_s": [f["output_tok_s"] for f, _ in runs],
         "peak_mem_method": memory.method,
         "steps": [asdict(s) for s in best.steps],
-        "token_ids": [t.token_ids for t in runs[0][1].requests],  # repeat 0: same prompts for all peers
+        "token_ids": [t.token_ids for t in runs[0][1].requests],  # its first repeat: same prompts for all peers
     }
 
 
@@ -78,7 +80,7 @@ def execute(job: dict) -> dict:
     setting = replace(SETTINGS[job["setting"]], repeats=job.get("repeats") or SETTINGS[job["setting"]].repeats)
     if job["kind"] == "telemetry":
         return telemetry_cost.measure(ctx, setting, model_shapes(ctx.model).vocab)
-    return run_peer(job["peer"], ctx, setting, job["workloads"], job["threads"])
+    return run_peer(job["peer"], ctx, setting, job["workloads"], job["threads"], job.get("first_repeat", 0))
 
 
 def main(argv: list[str]) -> None:

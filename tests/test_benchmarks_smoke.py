@@ -7,6 +7,7 @@ from benchmarks.__main__ import main
 from benchmarks.llama_cpp_peer import UNSEEN
 from benchmarks.peers import GPU_ONLY_PEERS, OPT_IN_PEERS, PEERS
 from benchmarks.report import COLUMNS
+from benchmarks.runner import merge_repeats, rounds
 from benchmarks.workloads import WORKLOADS
 
 
@@ -33,7 +34,7 @@ def test_tiny_setting_writes_expected_json(tiny_model_dir, tmp_path):
     assert [t["name"] for t in results["targets"]] and all("met" in t for t in results["targets"])
 
 
-def test_engine_peers_that_cannot_run_are_reported_missing(tiny_model_dir, tmp_path):
+def test_engine_peers_that_cannot_run_are_reported_missing(tiny_model_dir, tmp_path, capsys):
     """vLLM and llama.cpp run the default model in their own processes: asked for with a tiny
     model in-process, each is listed as missing with its reason, and the others still run."""
     out = tmp_path / "bench.json"
@@ -48,6 +49,20 @@ def test_engine_peers_that_cannot_run_are_reported_missing(tiny_model_dir, tmp_p
     assert len(peers["bs_mixed"]["repeats_output_tok_s"]) == 2
     assert results["peer_info"]["bs_mixed_bf16"]["precision"] == "bfloat16"
     assert results["peer_info"]["bs_mixed"]["precision"] == "float32"
+    # repeats in rounds over the peers, alternating order: repeat r of two peers runs minutes apart
+    ran = [line.split(":")[0] for line in capsys.readouterr().err.splitlines() if "(repeat" in line]
+    assert ran == ["bs_mixed (repeat 0)", "bs_mixed_bf16 (repeat 0)", "bs_mixed_bf16 (repeat 1)", "bs_mixed (repeat 1)"]
+
+
+def test_merged_repeats_keep_every_rate_and_the_fastest_runs_figures():
+    def entry(rate, steps):
+        return {"figures": {"output_tok_s": rate}, "repeats_output_tok_s": [rate], "steps": steps,
+                "peak_mem_method": "VmHWM", "token_ids": [[rate]]}
+    merged = merge_repeats(merge_repeats(merge_repeats(None, entry(10, "a")), entry(30, "b")), entry(20, "c"))
+    assert merged["repeats_output_tok_s"] == [10, 30, 20]
+    assert merged["figures"] == {"output_tok_s": 30} and merged["steps"] == "b"
+    assert merged["token_ids"] == [[10]]  # repeat 0's: the prompts every peer shares
+    assert rounds(["a", "b", "c"], 3) == [(0, ["a", "b", "c"]), (1, ["c", "b", "a"]), (2, ["a", "b", "c"])]
 
 
 def test_llama_cpp_peer_streams_every_token_from_its_server(tmp_path, monkeypatch):
