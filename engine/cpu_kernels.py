@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from . import host_memory
+
 log = logging.getLogger(__name__)
 SOURCES = Path(__file__).with_name("csrc")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
@@ -176,14 +178,14 @@ def pack_linear(weight: torch.Tensor) -> torch.Tensor:
     weight = F.pad(weight, (0, 0, 0, padded - out_features)).contiguous()
     kernel = bf16_kernel() if weight.dtype == torch.bfloat16 else "widen"
     if kernel == "amx":
-        packed = torch.empty(padded, load().bs_amx_depth(in_features), dtype=torch.bfloat16)
+        packed = host_memory.zeros((padded, load().bs_amx_depth(in_features)), torch.bfloat16)
         load().bs_pack_linear_amx(weight.data_ptr(), padded, in_features, packed.data_ptr())
         return packed
     if kernel == "pairs":
-        packed = torch.empty(padded, (in_features + 1) // 2 * 2, dtype=torch.bfloat16)
+        packed = host_memory.zeros((padded, (in_features + 1) // 2 * 2), torch.bfloat16)
         load().bs_pack_linear_pairs(weight.data_ptr(), padded, in_features, packed.data_ptr())
         return packed
-    packed = torch.empty_like(weight)
+    packed = host_memory.zeros(tuple(weight.shape), weight.dtype)
     load().bs_pack_linear(weight.data_ptr(), int(weight.dtype == torch.bfloat16), padded, in_features,
                           packed.data_ptr())
     return packed

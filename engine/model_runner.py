@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import host_memory
 from .attention import StepLayout, make_backend
 from .config import EngineConfig
 from .cuda_graphs import Capture, DecodeGraphs, GraphKey, cuda_capture_factory, graph_batch_sizes
@@ -66,8 +67,8 @@ class ModelRunner:
             attn.num_kv_heads,
             attn.head_dim,
         )
-        self.k_cache = torch.zeros(shape, dtype=config.torch_dtype, device=self.device)
-        self.v_cache = torch.zeros(shape, dtype=config.torch_dtype, device=self.device)
+        self.k_cache = self._cache_tensor(shape)
+        self.v_cache = self._cache_tensor(shape)
         self.sampler = Sampler(config.seed, self.device)
         self.decode_graphs: DecodeGraphs | None = None
         if config.cuda_graphs:
@@ -76,6 +77,12 @@ class ModelRunner:
             except RuntimeError as exc:  # e.g. a kernel that synchronises inside the capture
                 log.warning("CUDA graph capture failed, decode steps run eagerly: %s", exc)
                 self.decode_graphs, config.cuda_graphs = None, False
+
+    def _cache_tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A zeroed K or V cache; on the CPU on huge pages (host_memory.py)."""
+        if self.device.type == "cpu":
+            return host_memory.zeros(shape, self.config.torch_dtype)
+        return torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
     def _backend(self, attn):
         """The configured attention backend; the CPU kernel falls back to torch's where it cannot

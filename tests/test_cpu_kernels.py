@@ -204,3 +204,14 @@ def test_fused_decoder_layers_give_the_same_bits_as_the_modules(dtype):
     modules = llm.generate(prompts, params)
     assert [o.token_ids for o in fused] == [o.token_ids for o in modules]
     assert [o.logprobs for o in fused] == [o.logprobs for o in modules]  # one dict per token: id -> logprob
+
+
+def test_a_segments_rows_are_the_same_bits_alone_as_among_others():
+    """The threads take the work in an order of its cost (prefill pieces first, the costliest
+    first; then decode rows): whatever comes before or after it, a segment's rows are its own."""
+    layout, tables, q, k, v, k_cache, v_cache = random_step(MIXED, torch.float32)
+    batched = attend(layout, q, k, v, k_cache, v_cache)
+    for i, (rows, cached) in enumerate(MIXED):
+        part = slice(layout.cu_seqlens_q[i], layout.cu_seqlens_q[i + 1])
+        alone = attend(layout_of([(rows, cached)], [tables[i]]), q[part], k[part], v[part], k_cache, v_cache)
+        assert torch.equal(alone, batched[part]), f"segment {i} ({rows} rows after {cached})"

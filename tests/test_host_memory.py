@@ -1,0 +1,79 @@
+"""Host tensors on huge pages (engine/host_memory.py): zero-filled, writable, kept alive by the
+tensor, on 2 MiB pages where Linux grants them; small tensors and refusals fall back to torch;
+an engine's packed weights and KV cache live there."""
+import gc
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import cpu_kernels, host_memory
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def thp_mode() -> str | None:
+    """The bracketed transparent-huge-page mode ('always', 'madvise', 'never'), None if unknown."""
+    try:
+        text = THP.read_text()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")]
+
+
+needs_thp = pytest.mark.skipif(thp_mode() not in ("always", "madvise"),
+                               reason=f"transparent huge pages are {thp_mode()!r} here")
+
+
+def test_a_large_tensor_is_zero_filled_writable_and_outlives_its_maker():
+    t = host_memory.zeros((3, 1024, 1024), torch.float32)  # 12 MiB
+    assert t.shape == (3, 1024, 1024) and t.dtype == torch.float32 and t.is_contiguous()
+    assert not t.any()
+    t.fill_(2.5)
+    gc.collect()  # nothing but the tensor holds the mapping
+    assert float(t.sum()) == 2.5 * t.numel()
+    assert t.data_ptr() % host_memory.HUGE_PAGE == 0
+
+
+def test_bf16_and_odd_shapes_keep_their_dtype_and_size():
+    t = host_memory.zeros((4099, 301), torch.bfloat16)
+    assert t.shape == (4099, 301) and t.dtype == torch.bfloat16 and not t.any()
+
+
+def test_a_small_tensor_or_a_refused_mapping_falls_back_to_torch(monkeypatch):
+    small = host_memory.zeros((16, 16), torch.float32)
+    assert small.shape == (16, 16) and not small.any()
+    monkeypatch.setattr(host_memory, "_advised_mapping", lambda nbytes: None)
+    big = host_memory.zeros((1024, 1024), torch.float32)
+    assert big.shape == (1024, 1024) and not big.any()
+
+
+@needs_thp
+def test_a_touched_tensor_lies_on_huge_pages():
+    before = host_memory.huge_page_bytes()
+    t = host_memory.zeros((16, 1 << 20), torch.float32)  # 64 MiB
+    t.fill_(1.0)  # pages are granted on first touch
+    assert host_memory.huge_page_bytes() - before >= 32 << 20
+
+
+@needs_thp
+@pytest.mark.skipif(cpu_kernels.load() is None, reason="no C compiler: the CPU kernels are off")
+def test_packed_weights_lie_on_huge_pages_and_give_the_same_result():
+    weight = torch.randn(3072, 576, generator=torch.Generator().manual_seed(0))
+    before = host_memory.huge_page_bytes()
+    packed = cpu_kernels.pack_linear(weight)  # 7 MiB
+    assert host_memory.huge_page_bytes() - before >= 4 << 20
+    x = torch.randn(5, 576, generator=torch.Generator().manual_seed(1))
+    got = cpu_kernels.linear(x, packed, None, 3072)
+    assert torch.allclose(got, torch.nn.functional.linear(x, weight), atol=1e-4, rtol=1e-4)
+
+
+def test_an_engines_kv_cache_is_mapped_from_huge_page_boundaries(tiny_model_dir):
+    from engine import LLM, SamplingParams
+
+    llm = LLM(tiny_model_dir, device="cpu", num_kv_blocks=2048)
+    runner = llm.engine.runner
+    for cache in (runner.k_cache, runner.v_cache):
+        assert cache.numel() * cache.element_size() >= host_memory.MIN_BYTES
+        assert cache.data_ptr() % host_memory.HUGE_PAGE == 0 and not cache.any()
+    assert llm.generate(["hello"], SamplingParams(max_tokens=3, temperature=0))[0].token_ids
