@@ -21,6 +21,7 @@ keeps torch's ops, saying why once.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -29,6 +30,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -81,9 +83,29 @@ def _cpu_flags() -> bytes:
         return b""
 
 
-@functools.cache
+_override: list[ctypes.CDLL] = []  # a library swapped in by ``using`` (benchmarks/lockstep.py)
+
+
 def load() -> ctypes.CDLL | None:
-    """The built library, or None where it cannot be built here."""
+    """The library the kernels run on: this tree's build (``built()``), or the one ``using`` swapped in."""
+    return _override[-1] if _override else built()
+
+
+@contextlib.contextmanager
+def using(library: ctypes.CDLL) -> Iterator[None]:
+    """Run the kernels on ``library`` (from ``open_library``) within the block: the engine looks the
+    library up at each call, so one process can step two builds in turn (benchmarks/lockstep.py).
+    The packed weights stay the current build's: a library swapped in must share its packed layout."""
+    _override.append(library)
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+@functools.cache
+def built() -> ctypes.CDLL | None:
+    """This tree's library, built on first use, or None where it cannot be built here."""
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         log.warning("no C compiler: the CPU kernels are off, torch's ops are used instead")
@@ -94,12 +116,17 @@ def load() -> ctypes.CDLL | None:
     target = cache_dir() / f"batchscope-cpu-{digest.hexdigest()[:16]}.so"
     try:
         if not target.exists():
-            _build(compiler, [f for f in files if f.suffix == ".c"], target)
-        library = ctypes.CDLL(str(target))
+            build(compiler, [f for f in files if f.suffix == ".c"], target)
+        return open_library(target)
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         log.warning("the CPU kernels did not build (%s): torch's ops are used instead", detail)
         return None
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """A built library with every kernel's signature declared."""
+    library = ctypes.CDLL(str(path))
     for name, argtypes in SIGNATURES.items():
         function = getattr(library, name)
         function.argtypes = argtypes
@@ -107,7 +134,7 @@ def load() -> ctypes.CDLL | None:
     return library
 
 
-def _build(compiler: str, sources: list[Path], target: Path) -> None:
+def build(compiler: str, sources: list[Path], target: Path) -> None:
     """Compile into a temporary file, then move it in place (concurrent builders are safe)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:

@@ -3,6 +3,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.__main__ import main
 from benchmarks.llama_cpp_peer import UNSEEN
 from benchmarks.peers import GPU_ONLY_PEERS, OPT_IN_PEERS, PEERS
@@ -89,3 +91,32 @@ def test_llama_cpp_peer_streams_every_token_from_its_server(tmp_path, monkeypatc
         # every token counted (the run checks each request's count), held-back ones without their ids
         for ids in peer["token_ids"]:
             assert ids == [UNSEEN if i % 3 == 1 or i == len(ids) - 1 else (ids[0] + i) % 1000 for i in range(len(ids))]
+
+
+def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_dir, tmp_path):
+    """Two builds of the same kernel sources, the tiny workload in lockstep: every kind of step
+    gets a ratio per round and a summary; nothing about their values (no timing asserts)."""
+    from benchmarks import lockstep
+    from engine import cpu_kernels
+
+    if cpu_kernels.load() is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    out = tmp_path / "lockstep.json"
+    result = lockstep.main(["--baseline", str(cpu_kernels.SOURCES), "--model", tiny_model_dir, "--setting", "tiny",
+                            "--rounds", "2", "--kv-cache-gb", "0.01", "--out", str(out)])
+    assert len(result["rounds"]) == 2
+    assert set(result["summary"]) == {"prefill", "decode", "all"}
+    assert all(r["all"] > 0 for r in result["rounds"])
+    assert json.loads(out.read_text()) == result
+    assert cpu_kernels.load() is cpu_kernels.built()  # the baseline was swapped out again
+
+
+def test_lockstep_refuses_a_baseline_it_cannot_read(tmp_path):
+    from benchmarks import lockstep
+
+    empty, into = tmp_path / "empty", tmp_path / "into"
+    empty.mkdir(), into.mkdir()
+    with pytest.raises(SystemExit, match="git ls-tree"):
+        lockstep.baseline_sources("no-such-revision", into)
+    with pytest.raises(SystemExit, match="no kernel sources"):
+        lockstep.baseline_sources(str(empty), into)

@@ -215,3 +215,10 @@ def test_a_segments_rows_are_the_same_bits_alone_as_among_others():
         part = slice(layout.cu_seqlens_q[i], layout.cu_seqlens_q[i + 1])
         alone = attend(layout_of([(rows, cached)], [tables[i]]), q[part], k[part], v[part], k_cache, v_cache)
         assert torch.equal(alone, batched[part]), f"segment {i} ({rows} rows after {cached})"
+
+
+def test_using_swaps_the_library_the_kernels_run_on_for_a_block():
+    built, other = cpu_kernels.load(), object()
+    with cpu_kernels.using(other):
+        assert cpu_kernels.load() is other
+    assert cpu_kernels.load() is built

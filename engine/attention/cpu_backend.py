@@ -48,12 +48,8 @@ def _int64(slots: torch.Tensor) -> torch.Tensor:
 class CpuKernelBackend(AttentionBackend):
     name = "cpu"
 
-    def __init__(self, block_size: int):
-        super().__init__(block_size)
-        self.library = cpu_kernels.load()
-
     def unsupported(self, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
-        if self.library is None:
+        if cpu_kernels.load() is None:
             return "the kernel did not build here (no C compiler?)"
         if self.block_size & (self.block_size - 1):
             return f"block_size {self.block_size} is not a power of two"
@@ -83,7 +79,7 @@ class CpuKernelBackend(AttentionBackend):
                 raise ValueError(f"the CPU kernel takes fp32 q/k/v with contiguous heads, got {x.dtype} {x.stride()}")
         out = torch.empty(q.shape, dtype=q.dtype)
         _, block_size, kv_heads, head_dim = k_cache.shape
-        status = self.library.bs_paged_attention(
+        status = cpu_kernels.load().bs_paged_attention(
             k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), plan.slot_mapping.data_ptr(), k.shape[0],
             q.data_ptr(), q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             int(k_cache.dtype == torch.bfloat16), plan.row_start.data_ptr(), plan.row_count.data_ptr(),
