@@ -34,8 +34,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(PEERS)} (default: all but the opt-in "
                              f"{','.join(OPT_IN_PEERS)})")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="measured runs per peer, in rounds over all peers (A B, B A, ..) so that repeat r "
-                             "of two peers runs minutes apart (default: the setting's)")
+                        help="measured runs per peer, in rounds over all peers (A B, B A, ..), each peer loaded once, "
+                             "so that repeat r of two peers runs seconds apart (default: the setting's)")
     parser.add_argument("--in-process", action="store_true",
                         help="run peers in this process (quick checks; peak memory is then shared)")
     parser.add_argument("--no-telemetry", action="store_true", help="skip the telemetry-cost experiment")

@@ -1,10 +1,9 @@
-"""Runs a whole benchmark: the machine's ceilings, the peers (a worker process per peer and
-repeat, the repeats in rounds over all peers), the telemetry experiment, then figures and
-targets, into one results dict."""
+"""Runs a whole benchmark: the machine's ceilings, the peers (each loaded once in a worker process
+of its own, then the repeats in rounds over all of them), the telemetry experiment, then figures
+and targets, into one results dict."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -19,12 +18,12 @@ from .metrics import decode_efficiency, prefill_efficiency
 from .peers import PeerContext
 from .report import agreement, machine_info
 from .roofline import ModelShapes, gemm_peak, memory_bandwidth, weight_bytes
+from .sessions import ROOT, open_session, worker_env
 from .settings import Setting
 from .timings import StepStat
 from .worker import execute, model_shapes
 from .workloads import WARMUP_SEED, build
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PEERS = {
     "W1": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_nochunk", "bs_prefill_first"),
     "W2": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_nochunk", "bs_prefill_first"),
@@ -32,19 +31,17 @@ DEFAULT_PEERS = {
 }
 
 
-def run_job(job: dict, timeout_s: float, in_process: bool = False, python: str = sys.executable) -> dict:
-    """One worker process (or, for tests, a call in this one); its JSON result."""
+def run_telemetry(job: dict, timeout_s: float, in_process: bool = False) -> dict:
+    """The telemetry experiment in a worker process (or, for tests, in this one); its JSON result."""
     if in_process:
         return json.loads(json.dumps(execute(job)))
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp) / "job.json", Path(tmp) / "out.json"
         spec.write_text(json.dumps(job))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                   TOKENIZERS_PARALLELISM="false")
-        proc = subprocess.run([python, "-m", "benchmarks.worker", str(spec), str(out)], cwd=ROOT, env=env,
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.worker", str(spec), str(out)], cwd=ROOT, env=worker_env(),
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
-            raise RuntimeError(f"worker {job.get('peer', job['kind'])} failed:\n{proc.stderr[-4000:]}")
+            raise RuntimeError(f"telemetry worker failed:\n{proc.stderr[-4000:]}")
         return json.loads(out.read_text())
 
 
@@ -78,10 +75,10 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
             "description": workload.description, "num_prompt_tokens": workload.num_prompt_tokens,
             "num_output_tokens": workload.num_output_tokens, "peers": {},
         }
-    _run_peers(results, peers, workloads, ctx, {"kind": "peer", "setting": setting.name, "threads": threads,
-                                                "repeats": 1}, repeats or setting.repeats, timeout_s, in_process, log)
+    _run_peers(results, peers, workloads, ctx, {"setting": setting.name, "threads": threads},
+               repeats or setting.repeats, timeout_s, in_process, log)
     if telemetry and "W1" in workloads:
-        results["telemetry"] = run_job({"kind": "telemetry", "ctx": asdict(ctx), "setting": setting.name,
+        results["telemetry"] = run_telemetry({"ctx": asdict(ctx), "setting": setting.name,
                                         "threads": threads}, timeout_s, in_process)
         log(f"telemetry: {results['telemetry']['direct_cost']:.2%} of step-loop time, A/B {results['telemetry']['throughput_cost']:.1%}")
     # The peak again at the end: on a shared machine the larger of the two is the honest one.
@@ -97,15 +94,15 @@ def run_benchmark(setting: Setting, workloads: list[str], ctx: PeerContext, thre
 def rounds(peers: list[str], repeats: int) -> list[tuple[int, list[str]]]:
     """Repeat r of every peer in round r, the rounds in alternating order (A B C, C B A, A B C ..):
     on a shared host whose speed drifts from minute to minute, repeat r of two peers then runs
-    minutes apart, not a whole peer's series apart, and a linear drift cancels over two rounds."""
+    seconds apart, and a linear drift cancels over two rounds."""
     return [(r, peers if r % 2 == 0 else peers[::-1]) for r in range(repeats)]
 
 
 def _run_peers(results: dict, peers: dict[str, tuple[str, ...]], workloads: list[str], ctx: PeerContext,
                base: dict, repeats: int, timeout_s: float, in_process: bool, log) -> None:
-    """Every peer of ``workloads`` in ``repeats`` rounds, one process per peer and round; a missing
-    peer is reported as missing, a failed one as failed (with the repeats it finished before), never
-    skipped silently."""
+    """Every peer of ``workloads`` loaded once, in a process of its own, then ``repeats`` rounds over
+    them; a missing peer is reported as missing, a failed one as failed (with the repeats it
+    finished before), never skipped silently."""
     order = list(dict.fromkeys(p for w in workloads for p in peers[w]))
     results["failed"], results["missing"], results["peer_info"] = {}, {}, {}
     for peer in order:
@@ -113,29 +110,55 @@ def _run_peers(results: dict, peers: dict[str, tuple[str, ...]], workloads: list
         if reason is not None:
             results["missing"][peer] = reason
             log(f"{peer}: MISSING: {reason}")
-    for first_repeat, round_order in rounds([p for p in order if p not in results["missing"]], repeats):
-        for peer in (p for p in round_order if p not in results["failed"]):
-            mine = [w for w in workloads if peer in peers[w]]
-            job = base | {"peer": peer, "workloads": mine, "first_repeat": first_repeat,
-                          "ctx": asdict(ctx) | {"model": resolved_model(peer, ctx.model)}}
-            _run_peer_once(results, job, timeout_s, in_process, log)
-
-
-def _run_peer_once(results: dict, job: dict, timeout_s: float, in_process: bool, log) -> None:
-    """One round of one peer in a process of its own, merged into ``results``."""
-    peer, mine, t = job["peer"], job["workloads"], time.time()
+    sessions = {}
     try:
-        out = run_job(job, timeout_s, in_process, interpreter(peer))
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the other peers still count
-        results["failed"][peer] = f"repeat {job['first_repeat']}: {str(exc)[-2000:]}"
-        log(f"{peer}: FAILED in repeat {job['first_repeat']} after {time.time() - t:.0f} s: {str(exc)[-500:]}")
+        for peer in (p for p in order if p not in results["missing"]):
+            job = base | {"peer": peer, "workloads": [w for w in workloads if peer in peers[w]],
+                          "ctx": asdict(ctx) | {"model": resolved_model(peer, ctx.model)}}
+            sessions[peer] = _open(results, job, timeout_s, in_process, log)
+        for r, round_order in rounds([p for p in order if sessions.get(p)], repeats):
+            for peer in (p for p in round_order if p not in results["failed"]):
+                _run_repeat(results, peer, sessions[peer], r, log)
+    finally:
+        for session in filter(None, sessions.values()):
+            _close(session)
+
+
+def _open(results: dict, job: dict, timeout_s: float, in_process: bool, log):
+    """The peer's session, loaded and warmed up; None (and the peer failed) if it would not start."""
+    peer, t = job["peer"], time.time()
+    try:
+        session = open_session(job, timeout_s, in_process, interpreter(peer))
+    except RuntimeError as exc:  # the other peers still count
+        results["failed"][peer] = f"setup: {str(exc)[-2000:]}"
+        log(f"{peer}: FAILED to start after {time.time() - t:.0f} s: {str(exc)[-500:]}")
+        return None
+    log(f"{peer}: loaded and warmed up ({time.time() - t:.0f} s)")
+    results["peer_info"][peer] = session.info
+    return session
+
+
+def _run_repeat(results: dict, peer: str, session, r: int, log) -> None:
+    """Repeat ``r`` of one peer's workloads, merged into ``results``."""
+    t = time.time()
+    try:
+        out = session.repeat(r)
+    except RuntimeError as exc:
+        results["failed"][peer] = f"repeat {r}: {str(exc)[-2000:]}"
+        log(f"{peer}: FAILED in repeat {r} after {time.time() - t:.0f} s: {str(exc)[-500:]}")
         return
-    rates = ", ".join(f"{w} {out[w]['repeats_output_tok_s']} tok/s" for w in mine)
-    log(f"{peer} (repeat {job['first_repeat']}): {rates} ({time.time() - t:.0f} s)")
-    results["peer_info"][peer] = out["info"]
-    for w in mine:
+    log(f"{peer} (repeat {r}): " + ", ".join(f"{w} {e['figures']['output_tok_s']} tok/s" for w, e in out.items())
+        + f" ({time.time() - t:.0f} s)")
+    for w, entry in out.items():
         entries = results["workloads"][w]["peers"]
-        entries[peer] = merge_repeats(entries.get(peer), out[w])
+        entries[peer] = merge_repeats(entries.get(peer), entry)
+
+
+def _close(session) -> None:
+    try:
+        session.close()
+    except RuntimeError:  # a worker that already failed: its error is in results["failed"]
+        pass
 
 
 def merge_repeats(so_far: dict | None, more: dict) -> dict:

@@ -120,3 +120,46 @@ def test_lockstep_refuses_a_baseline_it_cannot_read(tmp_path):
         lockstep.baseline_sources("no-such-revision", into)
     with pytest.raises(SystemExit, match="no kernel sources"):
         lockstep.baseline_sources(str(empty), into)
+
+
+def test_each_peer_loads_once_in_its_own_process_and_runs_every_round(tiny_model_dir, tmp_path, capsys):
+    """Not in-process: each peer is a resident worker, loaded and warmed up once, then asked for
+    repeat r in round r (alternating order), so that repeat r of two peers runs seconds apart."""
+    out = tmp_path / "bench.json"
+    main(["--setting", "tiny", "--model", tiny_model_dir, "--out", str(out), "--kv-cache-gb", "0.01",
+          "--workloads", "W1", "--peers", "bs_mixed,bs_prefill_first", "--no-telemetry", "--repeats", "3"])
+    results = json.loads(out.read_text())
+    log = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in log if "loaded and warmed up" in line] == ["bs_mixed", "bs_prefill_first"]
+    ran = [line.split(":")[0] for line in log if "(repeat" in line]
+    assert ran == ["bs_mixed (repeat 0)", "bs_prefill_first (repeat 0)", "bs_prefill_first (repeat 1)",
+                   "bs_mixed (repeat 1)", "bs_mixed (repeat 2)", "bs_prefill_first (repeat 2)"]
+    peers = results["workloads"]["W1"]["peers"]
+    assert [len(peers[p]["repeats_output_tok_s"]) for p in ("bs_mixed", "bs_prefill_first")] == [3, 3]
+    assert results["failed"] == {} and results["workloads"]["W1"]["agreement"] == {"bs_prefill_first": 1.0}
+
+
+def _job(model: str, peer: str) -> dict:
+    from dataclasses import asdict
+
+    from benchmarks.peers import PeerContext
+
+    ctx = PeerContext(model=model, device="cpu", dtype="float32", token_budget=64, max_num_seqs=16,
+                      hf_batch_size=4, kv_cache_memory_gb=0.01)
+    return {"peer": peer, "workloads": ["W1"], "setting": "tiny", "threads": 1, "ctx": asdict(ctx)}
+
+
+def test_a_worker_that_fails_or_dies_is_an_error_with_its_reason(tiny_model_dir):
+    from benchmarks.sessions import RemoteSession
+
+    with pytest.raises(RuntimeError, match="peer must be one of"):  # the worker's traceback comes back
+        RemoteSession(_job(tiny_model_dir, "no_such_peer"), sys.executable, timeout_s=120)
+    session = RemoteSession(_job(tiny_model_dir, "bs_mixed"), sys.executable, timeout_s=120)
+    assert session.repeat(0)["W1"]["figures"]["output_tok_s"] > 0
+    session.proc.kill()
+    session.proc.wait()
+    with pytest.raises(RuntimeError, match="ended"):
+        session.repeat(1)
+    with pytest.raises(RuntimeError, match="ended"):
+        session.close()
+    assert session.proc.poll() is not None
