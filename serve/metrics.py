@@ -6,7 +6,8 @@ call, and the pending gauge from ``pending()`` (requests fired from the dashboar
 handed to the engine), so /metrics shows the same numbers as the dashboard's header at every
 moment (a request counts as waiting as soon as it is handed over, even while the engine is
 paused). KV gauges and step
-counters come from each IterationRecord dict; per-request latencies (TTFT, inter-token,
+counters come from each IterationRecord dict (the KV gauges add up the latest pool of every
+data-parallel rank, ``source.data_parallel_rank``: each rank of a vLLM engine has its own); per-request latencies (TTFT, inter-token,
 end-to-end) come from RequestEvent dicts, so dashboard requests count as API ones do. Both
 callbacks run on the producer's thread and do a handful of O(1) updates each.
 
@@ -53,7 +54,7 @@ class EngineMetrics:
                              buckets=LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram("batchscope_e2e_request_latency_seconds", "Arrival to finish",
                              buckets=LATENCY_BUCKETS, registry=r)
-        self._num_blocks: int | None = None
+        self._pools: dict[int, tuple[int, int]] = {}  # rank -> (free, total) blocks, latest
         self._arrival: dict[str, float] = {}
         self._last_token: dict[str, float] = {}
         self._unsubscribe = [source.subscribe(self.on_record), source.subscribe_events(self.on_event)]
@@ -69,9 +70,8 @@ class EngineMetrics:
 
     def on_record(self, record: dict) -> None:
         kv = record["kv"]
-        self.kv_free.set(kv["num_free"])
-        self.kv_total.set(kv["num_blocks"])
-        self._num_blocks = kv["num_blocks"]
+        self._pools[record["source"].get("data_parallel_rank", 0)] = (kv["num_free"], kv["num_blocks"])
+        self._show_pools()
         self.iterations.inc()
         self.iteration_tokens.observe(record["num_rows"])
         self.step_seconds.observe(record["durations_ms"]["total"] / 1e3)
@@ -101,8 +101,13 @@ class EngineMetrics:
             self.finished.labels(event["finish_reason"] or "unknown").inc()
             del self._arrival[rid]
             self._last_token.pop(rid, None)
-            if not self._arrival and self._num_blocks is not None:
-                self.kv_free.set(self._num_blocks)
+            if not self._arrival:
+                self._pools = {rank: (total, total) for rank, (_, total) in self._pools.items()}
+                self._show_pools()
+
+    def _show_pools(self) -> None:
+        self.kv_free.set(sum(free for free, _ in self._pools.values()))
+        self.kv_total.set(sum(total for _, total in self._pools.values()))
 
 
 class QueueCollector:

@@ -10,6 +10,7 @@ import { itlOverTime, sharedScale, ttftBars } from "./compare_figures.js";
 import { emptyFigure } from "./figures/common.js";
 import { stalledIds, tokenLayout } from "./figures/token_layout.js";
 import { element, Panel, plot } from "./panel.js";
+import { shownStep } from "./shown_step.js";
 import { HISTORY } from "./state.js";
 
 const POLL_MS = 1000, FRAME_MS = 100;
@@ -115,8 +116,8 @@ class CompareView {
     const order = this.result.pattern.requests.map((r) => r.request_id);
     const why = (k) => tokenWhy(k, t);
     this.runs.forEach((run, i) => {
-      const side = parts.sides[i], shown = visibleRecords(run, this.at).slice(-HISTORY);
-      plot(side.layout, (size) => (shown.length ? tokenLayout(shown, { ...view, size })
+      const side = parts.sides[i], records = visibleRecords(run, this.at).slice(-HISTORY), shown = shownStep(records);
+      plot(side.layout, (size) => (shown.record ? tokenLayout(records, { ...view, size, shown })
         : emptyFigure({ ...view, size }, t("compare.no_step"))));
       plot(side.itl, (size) => itlOverTime(run, { ...view, size }, this.at, this.scale, why));
       plot(side.ttft, (size) => ttftBars(run, { ...view, size }, this.at, this.scale, order));

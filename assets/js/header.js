@@ -13,7 +13,7 @@ export function statusParts(status, record, t, link) {
   if (link === "reconnecting") return [{ part: "link", text: t.short("status.reconnecting") }];
   if (!status) return [{ part: "link", text: t.short("status.connecting") }];
   const parts = [{ part: "source", text: sourceText(status, t) }, { part: "engine", text: engineText(status, t) },
-    { part: "model", text: status.model || "" }];
+    { part: "data-parallel", text: dataParallelText(status.data_parallel, t) }, { part: "model", text: status.model || "" }];
   if (record) {
     parts.push({ part: "step", text: t.short("status.step", { step: record.step }) },
       { part: "policy", text: t.short(`policy.${record.policy}`) },
@@ -23,7 +23,7 @@ export function statusParts(status, record, t, link) {
   const c = counts(status, record);
   if (c) {
     const text = ["pending", "waiting", "running"].map((k) => `${c[k] ?? 0} ${t.short(`status.${k}`)}`).join(" · ");
-    parts.push({ part: "counts", data: c, text });
+    parts.push({ part: "counts", data: c, text }, ...rankParts(status.data_parallel, t));
   }
   if (status.paused && status.source !== "replay") parts.push({ part: "paused", text: t.short("status.paused") });
   if (status.shared_view) parts.push({ part: "shared", text: t.short("status.shared_view") });
@@ -39,6 +39,22 @@ export function statusParts(status, record, t, link) {
 function engineText(status, t) {
   const engine = status.engine || {};
   return engine.name ? t.short("status.engine", { name: engineName(status), version: engine.version || "" }).trim() : "";
+}
+
+// A data-parallel engine's ranks attached now (status.data_parallel, viz/sources/ingest.py):
+// "data parallel 2: ranks 0, 1"; nothing for an engine with one rank.
+function dataParallelText(dataParallel, t) {
+  if (!dataParallel) return "";
+  const ranks = dataParallel.ranks.map((r) => r.rank).join(", ");
+  return t.short("status.data_parallel", { size: dataParallel.size, ranks });
+}
+
+// Each rank's counts, as its latest records have them: "rank 1: 0 waiting, 2 running".
+function rankParts(dataParallel, t) {
+  return (dataParallel ? dataParallel.ranks : []).map(({ rank, waiting, running }) => ({
+    part: "rank", data: { rank, waiting, running },
+    text: `${t.short("rank.name", { rank })}: ${waiting} ${t.short("status.waiting")}, ${running} ${t.short("status.running")}`,
+  }));
 }
 
 // Attach mode's ingest problems (bad messages dropped, connections refused, records the

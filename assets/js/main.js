@@ -50,16 +50,17 @@ function draw() {
 
 function viewContext(element) {
   const size = element ? { width: element.clientWidth || 600, height: element.clientHeight || 360 } : null;
-  return { meta: page.state.meta, requests: page.state.requests, t: page.t, size };
+  return { meta: page.state.meta, requests: page.state.requests, shown: page.state.shown, t: page.t, size };
 }
 
 function drawViews() {
   const elements = VIEWS.map((v) => document.getElementById(v.id));
   if (!window.Plotly || !page.state.meta || elements.some((e) => !e)) return false;
-  const records = page.state.records, last = records[records.length - 1];
+  const { records, shown } = page.state, last = records[records.length - 1];
   VIEWS.forEach((v, i) => {
     const figure = v.build(records, viewContext(elements[i]));
-    figure.layout.meta = { step: last ? last.step : null };  // which step is drawn (for tests)
+    // for tests: the latest step drawn, and the one shown as the current step (shown_step.js)
+    figure.layout.meta = { step: last ? last.step : null, shown: shown.record ? shown.record.step : null };
     window.Plotly.react(elements[i], figure.data, figure.layout, { displayModeBar: false, responsive: false });
     remember(page.seen[v.key], figure.ids);
     if (page.autopsy) page.autopsy.wire(elements[i]);

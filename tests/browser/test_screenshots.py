@@ -7,17 +7,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from chromium import (
-    SHOTS,
-    chromium,
-    debug,
-    drawn,
-    needs_chromium,
-    viewport,
-    wait_for,
-)
+from chromium import chromium, debug, needs_chromium, viewport, wait_for
 from live import PRESETS, choose_preset, fire, live_dashboard, open_page, presenter, step
-from truth import VIEWS, assert_page_text_whole, assert_texts_readable
+from truth import screenshots_readable
 
 pytestmark = needs_chromium
 SIZES = [(1920, 1080), (1366, 768)]
@@ -48,15 +40,8 @@ def test_each_preset_drawn_readably_at_both_sizes(page, preset):
     records = [step(driver, live)]
     while len(records) < MAX_STEPS and not showcase(records[-1], ids):
         records.append(step(driver, live))
-    SHOTS.mkdir(parents=True, exist_ok=True)
     try:
-        for width, height in SIZES:
-            viewport(driver, width, height)
-            driver.execute_script("window.scrollTo(0, 0)")
-            wait_for(driver, lambda: drawn(driver, "drawnToSize", VIEWS), "views sized to fit")
-            driver.save_screenshot(str(SHOTS / f"{preset['id']}_{width}x{height}.png"))
-            assert_texts_readable(driver, f"{preset['id']} at {width}x{height}")
-            assert_page_text_whole(driver, f"{preset['id']} at {width}x{height}")
+        screenshots_readable(driver, preset["id"], SIZES)
     finally:
         viewport(driver, *SIZES[0])
         presenter(driver, "resume")

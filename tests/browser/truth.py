@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from chromium import ROOT, debug, drawn
+from chromium import ROOT, SHOTS, debug, drawn, viewport, wait_for
 
 PX = 1.5  # pixel tolerance of a drawn edge (anti-aliasing, bar outlines)
 VIEWS = ["bs-token-layout", "bs-block-tables", "bs-attention", "bs-timing"]
@@ -145,6 +145,19 @@ def assert_page_text_whole(driver, where: str) -> None:
     assert not clipped, f"{where}: text cut off: " + "; ".join(
         f"{c['tag'].lower()}#{c['id']}.{c['cls'].split(' ')[0]} {c['text']!r} needs {c['needs']} px, has {c['shown']}"
         for c in clipped)
+
+
+def screenshots_readable(driver, name: str, sizes: list[tuple[int, int]]) -> None:
+    """At each of ``sizes`` (the viewport stays at the last): the views redrawn to fit, a
+    screenshot ``SHOTS/<name>_<W>x<H>.png``, no label cut or overlapping, no page text cut."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for width, height in sizes:
+        viewport(driver, width, height)
+        driver.execute_script("window.scrollTo(0, 0)")
+        wait_for(driver, lambda: drawn(driver, "drawnToSize", VIEWS), "views sized to fit")
+        driver.save_screenshot(str(SHOTS / f"{name}_{width}x{height}.png"))
+        assert_texts_readable(driver, f"{name} at {width}x{height}")
+        assert_page_text_whole(driver, f"{name} at {width}x{height}")
 
 
 def layout_title(driver) -> str | None:

@@ -28,7 +28,7 @@ test("vLLM's scheduling policy is named in words, in the header and the token la
   for (const lang of ["en", "zh"]) {
     const words = STRINGS.views["policy.vllm-fcfs"][lang];
     assert.equal(statusParts(attached(), record, t(lang), "ws").find((p) => p.part === "policy").text, words);
-    const title = plainText(tokenLayout([record], view({ lang, width: 900 })).layout.annotations[0].text);
+    const title = plainText(tokenLayout([record], view({ lang, width: 900, records: [record] })).layout.annotations[0].text);
     assert.ok(title.includes(words) && !title.includes("policy."), title);
   }
 });

@@ -17,7 +17,7 @@ const role = (figure, name) => figure.data.filter((d) => d.meta && d.meta.role =
 test("token layout: this step's rows span exactly num_rows on an axis whose full range is the budget", () => {
   for (const history of windows) {
     const record = history[history.length - 1];
-    const figure = tokenLayout(history, view());
+    const figure = tokenLayout(history, view({ records: history }));
     const bars = role(figure, "rows");
     assert.equal(bars.length, record.segments.length);
     assert.ok(bars.every((b) => b.xaxis === "x" && b.orientation === "h"));
@@ -36,7 +36,7 @@ test("token layout: this step's rows span exactly num_rows on an axis whose full
 test("token layout: the zoom strip is the same rows on [0, num_rows], labelled as a zoom", () => {
   for (const history of windows.slice(0, 60)) {
     const record = history[history.length - 1];
-    const figure = tokenLayout(history, view());
+    const figure = tokenLayout(history, view({ records: history }));
     const zoom = role(figure, "zoom");
     assert.deepEqual(zoom.map((b) => [b.base[0], b.x[0]]), record.segments.map((s) => [s.row_start, s.num_rows]));
     assert.deepEqual(figure.layout.xaxis3.range, [0, record.num_rows]);
@@ -47,13 +47,13 @@ test("token layout: the zoom strip is the same rows on [0, num_rows], labelled a
 
 test("token layout: the history draws each step's segments on the budget's scale, whole steps on x", () => {
   for (const history of [windows[0], windows[100]]) {
-    const figure = tokenLayout(history, view());
+    const figure = tokenLayout(history, view({ records: history }));
     const drawn = role(figure, "history").flatMap((t) => t.x.map((step, k) => [step, t.base[k], t.y[k]]));
     const expected = history.flatMap((r) => r.segments.map((s) => [r.step, s.row_start, s.num_rows]));
     assert.deepEqual(drawn.sort(), expected.sort());
     assert.equal(figure.layout.yaxis2.range[1], Math.max(...history.map((r) => r.token_budget)));
   }
-  const one = tokenLayout([records[0]], view()).layout.xaxis2;
+  const one = tokenLayout([records[0]], view({ records: [records[0]] })).layout.xaxis2;
   assert.deepEqual([one.autorange, one.range, one.tickmode, one.dtick, one.tickformat], [true, undefined, "linear", 1, "d"]);
 });
 
@@ -61,7 +61,7 @@ test("token layout: the title fits its width and says the whole sum, '1 row' for
   for (const width of [420, 640, 900]) {
     for (const history of windows) {
       const record = history[history.length - 1];
-      const title = tokenLayout(history, view({ width })).layout.annotations[0];
+      const title = tokenLayout(history, view({ width, records: history })).layout.annotations[0];
       for (const line of title.text.split("<br>")) assert.ok(textWidth(line, 14) <= width - 8, line);
       const text = title.hovertext ? plainText(title.hovertext) : plainText(title.text);
       const rows = record.num_rows === 1 ? "1 row of" : `${record.num_rows} rows of`;
@@ -74,7 +74,7 @@ test("token layout: the title fits its width and says the whole sum, '1 row' for
 test("token layout: the title wraps between the sum's terms, so no step's title is cut at 540 px", () => {
   for (const history of windows) {
     const record = history[history.length - 1];
-    const title = tokenLayout(history, view({ width: 540, lang: "both" })).layout.annotations[0];
+    const title = tokenLayout(history, view({ width: 540, lang: "both", records: history })).layout.annotations[0];
     assert.equal(title.hovertext, undefined, plainText(title.text));
     for (const s of record.segments.length <= 6 ? record.segments : []) {
       assert.ok(plainText(title.text).includes(`${s.request_id} ${s.num_rows}`));
@@ -87,14 +87,14 @@ test("token layout: 'stalled: A35, B36' under prefill_first is shown whole", () 
     requests: { ...records[50].requests, A35: { status: "decoding" }, B36: { status: "decoding" } } };
   record.num_rows = record.segments[0].num_rows;
   for (const lang of ["en", "both"]) {
-    const title = tokenLayout([record], view({ width: 540, lang })).layout.annotations[0];
+    const title = tokenLayout([record], view({ width: 540, lang, records: [record] })).layout.annotations[0];
     assert.equal(title.hovertext, undefined);
     assert.match(plainText(title.text), /stalled: A35, B36/);
   }
 });
 
 test("token layout: rows in the scheduler's order (a source that could not read its runner's) say so on screen", () => {
-  const noteOf = (record, options) => tokenLayout([record], view(options)).layout.annotations
+  const noteOf = (record, options) => tokenLayout([record], view({ ...options, records: [record] })).layout.annotations
     .find((a) => a.name === "row_order");
   const packed = { ...records[50], source: { engine: "vllm", version: "0.32.0", row_order: "packed" } };
   assert.equal(noteOf(packed), undefined);
@@ -106,7 +106,7 @@ test("token layout: rows in the scheduler's order (a source that could not read 
     assert.equal(plainText(note.hovertext), STRINGS.views["layout.row_order_scheduled_def"][lang]);
   }
   for (const width of [420, 640]) {  // a line of its own above the budget strip's label, whole at the page's sizes
-    const figure = tokenLayout([scheduled], view({ lang: "both", width }));
+    const figure = tokenLayout([scheduled], view({ lang: "both", width, records: [scheduled] }));
     const note = figure.layout.annotations.find((a) => a.name === "row_order");
     const label = figure.layout.annotations.find((a) => plainText(a.text).startsWith("budget:"));
     assert.equal(plainText(note.text), `rows in the scheduler's order · ${STRINGS.views["layout.row_order_scheduled"].zh}`);
@@ -119,7 +119,7 @@ test("token layout: rows in the scheduler's order (a source that could not read 
 test("attention: each segment's rows are cu_seqlens_q's and its keys seq_lens_k's", () => {
   for (const history of windows) {
     const record = history[history.length - 1];
-    const figure = attention(history, view());
+    const figure = attention(history, view({ records: history }));
     const segments = role(figure, "segment");
     assert.equal(segments.length, record.segments.length);
     segments.forEach((trace, i) => {
@@ -139,7 +139,7 @@ test("attention: key labels never overlap each other (pixel estimate) and name s
   for (const width of [460, 640]) {
     for (const history of windows) {
       const record = history[history.length - 1];
-      const { layout } = attention(history, view({ width }));
+      const { layout } = attention(history, view({ width, records: history }));
       const px = (width - layout.margin.l - layout.margin.r) / layout.xaxis.range[1];
       const spans = layout.xaxis.tickvals.map((v, i) => {
         const half = textWidth(layout.xaxis.ticktext[i], 12) / 2;
@@ -155,7 +155,7 @@ test("attention: key labels never overlap each other (pixel estimate) and name s
 test("block tables: every cell is the record's block id", () => {
   for (const history of windows) {
     const record = history[history.length - 1];
-    const figure = blockTables(history, view());
+    const figure = blockTables(history, view({ records: history }));
     const [tables] = role(figure, "tables");
     const ids = Object.keys(record.block_tables).slice(0, 16);
     assert.deepEqual(tables.y, ids);
@@ -170,7 +170,7 @@ test("block tables: every cell is the record's block id", () => {
 
 test("block tables: the two panel titles each fit their half", () => {
   for (const width of [560, 660]) {
-    const { layout } = blockTables([records[120]], view({ width }));
+    const { layout } = blockTables([records[120]], view({ width, records: [records[120]] }));
     const [left, right] = layout.annotations;
     const plot = width - layout.margin.l - layout.margin.r;
     const leftEnd = Math.max(...left.text.split("<br>").map((l) => textWidth(l, 14))) + 4;
@@ -181,7 +181,7 @@ test("block tables: the two panel titles each fit their half", () => {
 
 test("block tables: a pool without per-block lists is drawn as counts", () => {
   const record = { ...records[10], kv: { ...records[10].kv, ref_counts: null, owners: null, cached: null } };
-  const figure = blockTables([record], view());
+  const figure = blockTables([record], view({ records: [record] }));
   assert.equal(role(figure, "pool").length, 0);
   assert.ok(plainText(figure.layout.annotations.at(-1).text).startsWith(`${record.kv.num_blocks} blocks`));
   assert.equal(role(figure, "tables")[0].text[0][0], String(record.block_tables[Object.keys(record.block_tables)[0]][0]));
@@ -189,7 +189,7 @@ test("block tables: a pool without per-block lists is drawn as counts", () => {
 
 test("timing: a bar per declared phase plus the rest of the total, whole steps on x", () => {
   for (const history of [windows[0], windows[200]]) {
-    const figure = timing(history, view());
+    const figure = timing(history, view({ records: history }));
     const phases = role(figure, "phase");
     assert.deepEqual(phases.map((p) => p.meta.phase), [...META.phases.map((p) => p.name), "other"]);
     history.forEach((r, k) => {
@@ -203,7 +203,7 @@ test("timing: a bar per declared phase plus the rest of the total, whole steps o
 
 test("empty views say so in the viewer's language", () => {
   for (const build of [tokenLayout, blockTables, attention, timing]) {
-    const figure = build([], view({ lang: "zh" }));
+    const figure = build([], view({ lang: "zh", records: [] }));
     assert.equal(figure.data.length, 0);
     assert.match(figure.layout.annotations[0].text, /[\u4e00-\u9fff]/);
   }
@@ -211,8 +211,8 @@ test("empty views say so in the viewer's language", () => {
 
 test("zoom and pan survive redraws: every figure keeps one uirevision from step to step", () => {
   for (const build of [tokenLayout, blockTables, attention, timing]) {
-    const revision = build(windows[30], view()).layout.uirevision;
+    const revision = build(windows[30], view({ records: windows[30] })).layout.uirevision;
     assert.ok(revision);
-    assert.equal(build(windows[31], view()).layout.uirevision, revision);
+    assert.equal(build(windows[31], view({ records: windows[31] })).layout.uirevision, revision);
   }
 });

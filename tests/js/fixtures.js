@@ -6,6 +6,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 
+import { shownStep } from "../../assets/js/shown_step.js";
 import { translator } from "../../assets/js/strings.js";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -37,8 +38,10 @@ export function t(lang = "en") {
   return translator(STRINGS.views, lang);
 }
 
-export function view({ lang = "en", width = 640, height = 340, requests = new Map() } = {}) {
-  return { meta: META, requests, t: t(lang), size: { width, height } };
+// The context a figure builder gets; ``records``: the history it draws, whose shown step
+// (shown_step.js) the page's reducer would hand it.
+export function view({ lang = "en", width = 640, height = 340, requests = new Map(), records = [] } = {}) {
+  return { meta: META, requests, shown: shownStep(records), t: t(lang), size: { width, height } };
 }
 
 // The hub's RequestBook, as far as the client sees it: colour indices in first-seen order and

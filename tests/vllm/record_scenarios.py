@@ -12,7 +12,7 @@ from batchscope_vllm.records import (
 
 LARGE = MAX_SHIPPED_BLOCKS + 1
 SETTINGS = EngineSettings(version="0.32.0", policy="vllm-fcfs", token_budget=256,
-                          chunked_prefill=True)
+                          chunked_prefill=True, adapter="0.32")
 
 
 def small_pool(num_blocks=8, owners=None) -> KVSnapshot:
@@ -39,7 +39,7 @@ def scheduled(rows: dict[str, tuple[int, int, int]], *, admitted=None, preempted
 def outcome(order=None, *, sampled=None, finished=None, requests=None, aborted=()) -> StepOutcome:
     return StepOutcome(t_end=100.01, execute_ms=8.0, update_ms=0.5, row_order=order,
                        sampled=sampled or {}, finished=finished or {}, aborted=list(aborted),
-                       requests=requests or {}, num_waiting=0, num_running=3)
+                       requests=requests or {})
 
 
 def article_step() -> list[dict]:

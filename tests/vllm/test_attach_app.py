@@ -13,6 +13,7 @@ from pathlib import Path
 
 from batchscope_vllm.sender import IngestSender
 from ingest_receiver import refusal, wait_until
+from rank_scenarios import RankSteps, rank_hello
 from record_scenarios import chunked_prefill
 
 from viz.live.identity import COOKIE, new_visitor_id
@@ -224,3 +225,26 @@ def test_the_run_recording_holds_the_steps_right_after_the_engine_attaches(tmp_p
     trace = load_trace(path)
     assert [r["step"] for r in trace.records] == [r["step"] for r in chunked_prefill()]
     assert trace.header["model"]["name"] == HELLO["info"]["trace_header"]["model"]["name"]
+
+
+def test_the_ranks_of_a_data_parallel_vllm_stream_into_one_dashboard(fake):
+    """``--data-parallel-size 2``: each rank's plugin connects on its own; the dashboard takes
+    both, says which ranks are attached and what each holds, and stays ready while one is."""
+    with attached_app(fake.url) as (server, _, source):
+        engines = [sender(server, rank_hello(rank, TOKEN, trace_header=TRACE_HEADER)) for rank in (0, 1)]
+        wait_until(lambda: len(source.status().get("data_parallel", {}).get("ranks", ())) == 2, "both ranks")
+        ranks = RankSteps(0, ["a0"], waiting=["w0"]), RankSteps(1, ["b1", "c1"])
+        for rank in (0, 1, 0, 1):
+            engines[rank].submit(ranks[rank].step())
+        wait_until(lambda: source.stats.records == 4, "both ranks' records")
+        status = statuses(server, lambda s: s["counts"]["running"] == 3)[-1]
+        assert status["data_parallel"] == {"size": 2, "ranks": [{"rank": 0, "waiting": 1, "running": 1},
+                                                                {"rank": 1, "waiting": 0, "running": 2}]}
+        assert status["counts"] == {"pending": 0, "waiting": 1, "running": 3}
+        metrics = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+        assert "batchscope_iterations_total 4.0" in metrics and "batchscope_requests_running 3.0" in metrics
+        engines[1].close(timeout=2)
+        one = statuses(server, lambda s: len(s["data_parallel"]["ranks"]) == 1)[-1]
+        assert one["state"] == "ready" and one["data_parallel"]["ranks"][0]["rank"] == 0
+        engines[0].close(timeout=2)
+        assert statuses(server, lambda s: s["state"] == "dead")[-1]["state"] == "dead"

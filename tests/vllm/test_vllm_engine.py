@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from audit_checks import check_packed, check_scheduled, mixed_steps, read_lines
 from ingest_receiver import Receiver, wait_until
 from vllm_env import HERE, PLUGIN_DIR, require_plugin, tiny_llama_for_tensor_parallel
 
@@ -70,12 +71,8 @@ def run_vllm(model_dir: Path, tensor_parallel: int, tmp: Path) -> Run:
     assert len(receiver.hellos) == 1
     saved = tmp / "records.jsonl"
     saved.write_text("".join(json.dumps(r) + "\n" for r in receiver.records))
-    ranks = [_lines(Path(packed.format(rank=rank))) for rank in range(tensor_parallel)]
-    return Run(receiver.hellos[0], receiver.records, saved, _lines(audit), ranks, outputs)
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    ranks = [read_lines(Path(packed.format(rank=rank))) for rank in range(tensor_parallel)]
+    return Run(receiver.hellos[0], receiver.records, saved, read_lines(audit), ranks, outputs)
 
 
 def _outputs(proc: subprocess.Popen, log_path: Path) -> list[dict]:
@@ -112,13 +109,8 @@ def test_every_saved_record_validates(any_run, validate):
         validate(json.loads(line))
 
 
-def test_one_record_per_step_with_the_rows_the_scheduler_scheduled(any_run):
-    run = any_run
-    assert [r["step"] for r in run.records] == list(range(len(run.audit)))
-    for record, step in zip(run.records, run.audit, strict=True):
-        assert record["num_rows"] == step["total"]
-        assert {s["request_id"]: s["num_rows"] for s in record["segments"]} == step["num_scheduled"]
-        assert record["source"]["row_order"] == "packed"
+def test_one_record_per_step_with_the_rows_and_tables_the_scheduler_scheduled(any_run):
+    check_scheduled(any_run.records, any_run.audit)
 
 
 def test_segments_are_in_the_order_the_model_runner_packed_its_rows(any_run):
@@ -126,20 +118,11 @@ def test_segments_are_in_the_order_the_model_runner_packed_its_rows(any_run):
     their row offsets are the record's segments and cu_seqlens_q (the runner fills a finished
     request's slot with its last request, so this order is not the scheduler's)."""
     run = any_run
-    stepped = [r for r in run.records if r["num_rows"]]  # a step without rows runs no model
     for rank in run.packed:
-        assert len(rank) == len(stepped)
-        for record, packed in zip(stepped, rank, strict=True):
-            assert [s["request_id"] for s in record["segments"]] == packed["req_ids"], f"step {record['step']}"
-            assert record["cu_seqlens_q"] == packed["query_start_loc"], f"step {record['step']}"
+        check_packed(run.records, rank)
     reordered = [r["step"] for r, step in zip(run.records, run.audit, strict=True)
                  if [s["request_id"] for s in r["segments"]] != list(step["num_scheduled"])]
     assert reordered, "no step packed its rows out of the scheduler's order: the check proves nothing"
-
-
-def test_block_tables_are_what_the_scheduler_sent_the_workers(any_run):
-    for record, step in zip(any_run.records, any_run.audit, strict=True):
-        assert record["block_tables"] == step["tables"], f"step {record['step']}"
 
 
 def test_pool_state_backs_the_block_tables(run):
@@ -150,10 +133,7 @@ def test_pool_state_backs_the_block_tables(run):
 
 
 def test_some_step_packs_a_prefill_with_decodes(any_run):
-    mixed = [r for r in any_run.records
-             if {s["kind"] for s in r["segments"]} >= {"decode"}
-             and {s["kind"] for s in r["segments"]} & {"prefill", "prefill_chunk"}]
-    assert mixed, [[s["kind"] for s in r["segments"]] for r in any_run.records]
+    assert mixed_steps(any_run.records), [[s["kind"] for s in r["segments"]] for r in any_run.records]
 
 
 def test_prefix_cache_hit_is_admitted_with_shared_blocks(run):

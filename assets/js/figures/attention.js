@@ -11,8 +11,8 @@ const MARGIN = { l: 72, r: 16 };  // l: tick labels and a y title of up to two l
 const TICK_SIZE = 12, NOTE_SIZE = 12, MAX_LIST = 10;
 
 export function attention(records, view) {
-  const record = records[records.length - 1];
-  if (!record || !record.segments.length) return emptyFigure(view, view.t("empty.attention"));
+  const record = view.shown.record;
+  if (!record) return emptyFigure(view, view.t("empty.attention"));
   const bands = layoutBands(record);
   const header = titleAnnotation(headerParts(record), { widthPx: view.size.width - 8,
     hover: fullLists(record) });

@@ -2,13 +2,14 @@
 // (owner colour, free, cached, shared). A pool too large to ship per step (kv.ref_counts null,
 // schema v2) is drawn as counts only.
 import { axis, baseLayout, colorIndex, emptyFigure, esc, THEME, titleAnnotation } from "./common.js";
+import { rankOf } from "../shown_step.js";
 import { fitParts, textWidth } from "../text_fit.js";
 
 const MAX_TABLES = 16, MAX_LOGICAL = 64, MAX_POOL_CELLS = 4096;
 const TABLES = [0, 0.52], POOL = [0.58, 1];
 
 export function blockTables(records, view) {
-  const record = records[records.length - 1];
+  const record = view.shown.record;
   if (!record) return emptyFigure(view, view.t("empty.blocks"));
   const ids = Object.keys(record.block_tables).slice(0, MAX_TABLES);
   const margin = { l: Math.min(120, Math.max(40, ...ids.map((rid) => textWidth(esc(rid), 11) + 12))), r: 12 };
@@ -45,8 +46,10 @@ function panelTitles(record, view, shown, margin, plotWidth) {
   if (total > shown) left.push(...t.parts("blocks.some", { shown, total }));
   const tables = titleAnnotation(left, { widthPx: plotWidth * TABLES[1] + margin.l - 8, maxLines: 3 });
   tables.annotation.xshift = -margin.l + 4;
-  const pool = titleAnnotation(t.parts("blocks.pool", { n: record.kv.num_blocks }),
-    { widthPx: plotWidth * (1 - POOL[0]), x: 1, xanchor: "right" });
+  const rank = rankOf(record);  // each data-parallel rank has a pool of its own: say whose
+  const owner = rank === null ? [] : t.parts("rank.name", { rank });
+  const pool = titleAnnotation([...owner, ...t.parts("blocks.pool", { n: record.kv.num_blocks })],
+    { widthPx: plotWidth * (1 - POOL[0]), x: 1, xanchor: "right", maxLines: 3 });
   return { annotations: [tables.annotation, pool.annotation], height: Math.max(tables.height, pool.height) };
 }
 

@@ -8,13 +8,13 @@ const OTHER_COLOR = "#a6a6a6", PADDED_COLOR = "#ff6b6b";
 const THROUGHPUT_WINDOW = 10, LEGEND_SIZE = 11;
 
 export function timing(records, view) {
-  if (!records.length) return emptyFigure(view, view.t("empty.timing"));
+  if (!view.shown.record) return emptyFigure(view, view.t("empty.timing"));
   const t = view.t, steps = records.map((r) => r.step);
   const throughput = tokensPerSecond(records);
   const phases = phaseBars(records, view);
   const data = [...phases, rowBars(records, t), paddedLine(records, t), throughputLine(records, throughput, t)];
   const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
-  const stats = fitParts(statsParts(records, throughput, t), { width: plotWidth, size: 12, maxLines: 3 });
+  const stats = fitParts(statsParts(records, view.shown.record, throughput, t), { width: plotWidth, size: 12, maxLines: 3 });
   const margin = { ...MARGIN, t: legendLines(phases.map((d) => d.name), plotWidth) * 19 + 6,
     b: LINE_PX + 10 + stats.lines * 16 };
   const panels = domains(view.size.height - margin.t - margin.b);
@@ -102,11 +102,11 @@ export function tokensPerSecond(records) {
   });
 }
 
-function statsParts(records, throughput, t) {
-  const last = records[records.length - 1];
+// The shown step's time (shown_step.js: the latest that ran work), the throughput, the padding.
+function statsParts(records, shown, throughput, t) {
   const packed = records.reduce((a, r) => a + r.num_rows, 0);
   const padded = records.reduce((a, r) => a + r.padded_rows, 0);
-  return [t.short("timing.step"), t.short("timing.last", { ms: last.durations_ms.total.toFixed(0) }),
+  return [t.short("timing.step"), t.short("timing.last", { ms: shown.durations_ms.total.toFixed(0) }),
     `${throughput[throughput.length - 1].toFixed(1)} ${t.short("timing.tps")}`,
     t.short("timing.padding", { ratio: packed ? (padded / packed).toFixed(2) : "1.00" })];
 }

@@ -2,9 +2,12 @@
 // 512 budget covers 102/512 of the width), the same rows zoomed to the step's own width (a
 // labelled zoom with its own ticks, where a 1-row decode is readable), and the recent steps.
 // Segments are drawn in the record's row order; a line above the strips says so when that is the
-// scheduler's order rather than the one the model runner packed (source.row_order).
+// scheduler's order rather than the one the model runner packed (source.row_order). "This step"
+// is the shown one (shown_step.js); the history has every step, marked by rank (step_marks.js).
 import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
   stepAxis, THEME, titleAnnotation } from "./common.js";
+import { MARK_PX, markTraces, stepMarks } from "./step_marks.js";
+import { rankOf } from "../shown_step.js";
 import { shorten } from "../text_fit.js";
 
 const MARGIN = { l: 56, r: 16, b: 40 };
@@ -12,19 +15,23 @@ const STRIP = { label: 16, bar: 22, ticks: 20, gap: 12 };
 const MAX_SUM_TERMS = 6, MAX_STALLED = 8;
 
 export function tokenLayout(records, view) {
-  const record = records[records.length - 1];
+  const record = view.shown.record;
   if (!record) return emptyFigure(view, view.t("empty.layout"));
   const full = Math.max(record.token_budget, record.num_rows, 1);
   const { annotation, height } = titleAnnotation(titleParts(record, view),
     { widthPx: view.size.width - 8, maxLines: 3 });
   annotation.xshift = -MARGIN.l + 4;
-  const margin = { ...MARGIN, t: height };
+  const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
+  const marks = stepMarks(records, view);
+  const historyTitle = axisTitle([...view.t.parts("layout.history_x"), ...marks.map((m) => m.key)], plotWidth, 2);
+  const margin = { ...MARGIN, t: height, b: MARGIN.b + (historyTitle.lines - 1) * 16 };
   const note = rowOrderNote(record, view);
-  const geometry = stripGeometry(view.size.height - margin.t - margin.b, note ? 1 : 0);
-  const plotWidth = view.size.width - margin.l - margin.r;
+  const plotHeight = view.size.height - margin.t - margin.b;
+  const geometry = stripGeometry(plotHeight, note ? 1 : 0);
+  const lift = (MARK_PX * full) / Math.max(1, geometry.history[1] * plotHeight);
   const data = [
     ...stripBars(record, view, "x", "y", "rows"), unusedBar(record, view),
-    ...stripBars(record, view, "x3", "y3", "zoom"), ...historyBars(records, view),
+    ...stripBars(record, view, "x3", "y3", "zoom"), ...historyBars(records, view), ...markTraces(marks, view, lift),
   ];
   const steps = records.map((r) => r.step);
   return { ids: record.segments.map((s) => s.request_id), data, layout: baseLayout(view, {
@@ -37,7 +44,7 @@ export function tokenLayout(records, view) {
       dtick: record.num_rows <= 8 ? 1 : undefined }),  // whole rows: no "0 0 1 1" on a 1-row step
     yaxis3: stripAxis(geometry.zoom),
     xaxis2: stepAxis(Math.min(...steps), Math.max(...steps), plotWidth,
-      { anchor: "y2", title: { ...axisTitle(view.t.parts("layout.history_x"), plotWidth, 1), standoff: 4 } }),
+      { anchor: "y2", title: { ...historyTitle, standoff: 4 } }),
     yaxis2: axis({ domain: geometry.history, range: [0, full], title: { text: view.t.short("layout.history_y"),
       font: { size: 12 } }, tickformat: "d" }),
     annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth), ...noteLine(note, geometry, plotWidth)],
@@ -133,7 +140,10 @@ function titleParts(record, view) {
     : [{ text: t("layout.requests", { n: segments.length }), before: " " }];
   const [rows, ...rowsOther] = t.parts(record.num_rows === 1 ? "layout.rows_one" : "layout.rows",
     { rows: `<b>${record.num_rows}</b>`, budget: record.token_budget });
-  const parts = [`${t("layout.step", { step: record.step })}:`, ...terms, { text: `= ${rows}`, before: " " }, ...rowsOther];
+  const rank = rankOf(record);
+  const step = rank === null ? t("layout.step", { step: record.step }) : t("layout.step_rank", { step: record.step, rank });
+  const parts = [`${step}:`, ...terms, { text: `= ${rows}`, before: " " }, ...rowsOther,
+    ...emptyParts(view.shown, t)];
   if (record.policy !== "mixed") parts.push(...t.parts(`policy.${record.policy}`));
   const stalled = stalledIds(record);
   if (stalled.length) {
@@ -142,6 +152,15 @@ function titleParts(record, view) {
     parts.push(...t.parts("layout.stalled", { ids }).map((text) => `<span style="color:${THEME.alarm}">${text}</span>`));
   }
   return parts;
+}
+
+// "then 2 empty steps · 15 blocks freed": the steps with no tokens since the one shown
+// (shown_step.js), and the blocks they freed in its pool.
+function emptyParts(shown, t) {
+  if (!shown.empty) return [];
+  const then = shown.empty === 1 ? t.parts("layout.then_empty_one") : t.parts("layout.then_empty", { n: shown.empty });
+  const freed = shown.freed ? t.parts(shown.freed === 1 ? "layout.freed_one" : "layout.freed", { n: shown.freed }) : [];
+  return [...then, ...freed].map((text) => `<span style="color:${THEME.accent}">${esc(text)}</span>`);
 }
 
 // Requests that are decoding but got no row this step (a prefill_first step stalls them).

@@ -3,10 +3,11 @@
 vLLM calls ``register`` (entry point group ``vllm.general_plugins``) in each of its processes:
 the API server, the engine core and every worker. It does nothing unless ``BATCHSCOPE_INGEST``
 names Batchscope's ingest websocket (``ws://HOST:PORT/ingest``; the token in
-``BATCHSCOPE_INGEST_TOKEN``), and it refuses, with one logged error, a vLLM outside the tested
-versions. Otherwise it wraps ``Scheduler.__init__``: the process that builds a scheduler (the
-engine core, one per data-parallel rank) installs the tap (tap.py) on it and starts a sender
-thread (sender.py). Other processes only carry the unused wrapper. Nothing runs at import time.
+``BATCHSCOPE_INGEST_TOKEN``), and it refuses, with one logged error, a vLLM release that no
+adapter covers (adapters/). Otherwise it wraps ``Scheduler.__init__``: the process that builds a
+scheduler (the engine core, one per data-parallel rank) installs the tap (tap.py) with its
+release's adapter and starts a sender thread (sender.py). Other processes only carry the unused
+wrapper. Nothing runs at import time.
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import atexit
 import logging
 import os
 
-__version__ = "0.1.0"
+from . import adapters
+
+__version__ = "0.2.0"
 ENV_URL = "BATCHSCOPE_INGEST"
 ENV_TOKEN = "BATCHSCOPE_INGEST_TOKEN"
-TESTED_VLLM = (0, 32)  # the vLLM minor release the tap reads the internals of
 
 log = logging.getLogger("vllm.batchscope")
 
@@ -37,20 +39,14 @@ def register() -> None:
 
 def why_not(vllm_version: str, url: str) -> str | None:
     """Why the tap must stay off, or None."""
-    tested = ".".join(map(str, TESTED_VLLM))
-    if _minor(vllm_version) != TESTED_VLLM:
-        return (f"batchscope-vllm {__version__} reads vLLM {tested}.x scheduler internals and "
-                f"this is vLLM {vllm_version}; install vllm {tested}.* or a matching plugin")
+    if adapters.release_of(vllm_version) not in adapters.RELEASES:
+        tested = adapters.supported_range()
+        return (f"batchscope-vllm {__version__} reads the scheduler internals of vLLM {tested} "
+                f"and this is vLLM {vllm_version}; install a vLLM release in {tested} or a "
+                "batchscope-vllm that supports this one")
     if not url.startswith(("ws://", "wss://")):
         return f"{ENV_URL}={url!r} is not a ws:// or wss:// URL"
     return None
-
-
-def _minor(version: str) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        return None
 
 
 def _wrap_scheduler_init(url: str, token: str | None) -> None:
@@ -73,15 +69,17 @@ def _attach(scheduler, url: str, token: str | None) -> None:
         import vllm
 
         from .sender import IngestSender
-        from .tap import SchedulerTap, source_info
+        from .tap import SchedulerTap
 
-        rank = scheduler.vllm_config.parallel_config.data_parallel_rank
-        hello = {"token": token, "info": source_info(scheduler),
+        adapter = adapters.adapter_class(vllm.__version__)(scheduler)
+        hello = {"token": token, "info": adapter.source_info(),
                  "engine": {"name": "vllm", "version": vllm.__version__, "pid": os.getpid(),
-                            "data_parallel_rank": rank}}
+                            "data_parallel_rank": adapter.data_parallel_rank()}}
         sender = IngestSender(url, hello).start()
-        SchedulerTap(scheduler, sender.submit).install()
+        SchedulerTap(scheduler, sender.submit, adapter).install()
         atexit.register(sender.close)
-        log.info("Batchscope tap on: streaming every engine step to %s", url)
+        log.info("Batchscope tap on (vLLM %s adapter, %s scheduling, rank %d): streaming every "
+                 "engine step to %s", adapter.release, adapter.settings().scheduling,
+                 adapter.data_parallel_rank(), url)
     except Exception:
         log.exception("Batchscope tap could not start; vLLM runs as usual")

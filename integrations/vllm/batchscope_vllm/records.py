@@ -26,6 +26,14 @@ How the fields map onto vLLM (v1 engine):
   first holder as owner until it lets go, then the next holder (a prefix-cache revival).
   Above ``MAX_SHIPPED_BLOCKS`` blocks, ``ref_counts``, ``owners`` and ``cached`` are None and
   ``num_cached`` counts prefix-cache entries instead of scanning the pool.
+- source: the engine, its version, the row order, ``scheduling`` ("sync" or "async"), the
+  ``data_parallel_rank`` whose scheduler ran the step and the ``adapter`` (the release whose
+  reads were used, adapters/).
+- ``discarded: true`` on a segment: the request finished or was aborted before this step's
+  output came back (async scheduling keeps a step in flight): its rows ran, vLLM dropped what
+  they sampled.
+- ``num_waiting`` / ``num_running``: counted from the record's own ``requests`` states, so the
+  numbers and the states they summarise cannot disagree.
 """
 from __future__ import annotations
 
@@ -93,8 +101,9 @@ class StepOutcome:
     finished: dict[str, str]
     aborted: list[str]
     requests: dict[str, LiveRequest]
-    num_waiting: int
-    num_running: int
+    # scheduled requests that had finished before this step's output came back (async
+    # scheduling): their rows ran, vLLM dropped what they sampled
+    discarded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +112,9 @@ class EngineSettings:
     policy: str
     token_budget: int
     chunked_prefill: bool
+    scheduling: str = "sync"  # "async": schedule() of step N+1 runs before update of N
+    data_parallel_rank: int = 0
+    adapter: str = ""  # the vLLM release whose adapter read the scheduler ("0.34")
 
 
 class RecordBuilder:
@@ -117,6 +129,7 @@ class RecordBuilder:
         self._admissions.update(sched.admitted)
         order, row_order = packed_order(sched.num_scheduled, outcome.row_order)
         segments = [self._segment(rid, sched, outcome) for rid in order]
+        requests = {rid: self._state(rid, r) for rid, r in outcome.requests.items()}
         cu = [0]
         for seg in segments:
             seg["row_start"] = cu[-1]
@@ -142,19 +155,25 @@ class RecordBuilder:
             "finished": dict(outcome.finished),
             "aborted": list(outcome.aborted),
             "sampled": dict(outcome.sampled),
-            "requests": {rid: self._state(rid, r) for rid, r in outcome.requests.items()},
-            "num_waiting": outcome.num_waiting,
-            "num_running": outcome.num_running,
+            "requests": requests,
+            **queue_counts(requests),
             "error": None,
-            "source": {"engine": ENGINE, "version": self.settings.version, "row_order": row_order},
+            "source": self._source(row_order),
         }
         self._step += 1
         for rid in outcome.finished:
             self._admissions.pop(rid, None)
         return record
 
+    def _source(self, row_order: str) -> dict:
+        settings = self.settings
+        return {"engine": ENGINE, "version": settings.version, "row_order": row_order,
+                "scheduling": settings.scheduling, "data_parallel_rank": settings.data_parallel_rank,
+                "adapter": settings.adapter}
+
     def _segment(self, rid: str, sched: ScheduledStep, outcome: StepOutcome) -> dict:
         rows, cached = sched.num_scheduled[rid], sched.num_computed[rid]
+        extra = {"discarded": True} if rid in outcome.discarded else {}
         return {
             "request_id": rid,
             "kind": self._kind(rid, cached, rows, sched.num_prompt_tokens[rid]),
@@ -164,6 +183,7 @@ class RecordBuilder:
             "num_keys": cached + rows,
             "num_prompt_tokens": sched.num_prompt_tokens[rid],
             "sampled": rid in outcome.sampled,
+            **extra,
         }
 
     def _kind(self, rid: str, cached: int, rows: int, num_prompt_tokens: int) -> str:
@@ -198,6 +218,13 @@ class RecordBuilder:
         durations = {name: round(max(0.0, ms), 4) for name, ms in durations.items()}
         durations["total"] = round(max(0.0, (outcome.t_end - sched.t_start) * 1e3), 4)
         return durations
+
+
+def queue_counts(requests: dict[str, dict]) -> dict[str, int]:
+    """``num_waiting`` / ``num_running`` of a record, counted from its own request states."""
+    statuses = [state["status"] for state in requests.values()]
+    return {"num_waiting": sum(s in ("waiting", "preempted") for s in statuses),
+            "num_running": sum(s in ("prefilling", "decoding") for s in statuses)}
 
 
 def packed_order(num_scheduled: dict[str, int], runner_order: list[str] | None
