@@ -5,10 +5,10 @@ and running gauges are read from the source's ``counts()`` at scrape time, both 
 call, and the pending gauge from ``pending()`` (requests fired from the dashboard, not yet
 handed to the engine), so /metrics shows the same numbers as the dashboard's header at every
 moment (a request counts as waiting as soon as it is handed over, even while the engine is
-paused). KV gauges and step
-counters come from each IterationRecord dict (the KV gauges add up the latest pool of every
-data-parallel rank, ``source.data_parallel_rank``: each rank of a vLLM engine has its own); per-request latencies (TTFT, inter-token,
-end-to-end) come from RequestEvent dicts, so dashboard requests count as API ones do. Both
+paused). KV gauges and step counters come from each IterationRecord dict (the KV gauges add
+up the latest pool of every data-parallel rank, ``source.data_parallel_rank``: each rank of a
+vLLM engine has its own); per-request latencies (TTFT, inter-token, end-to-end) come from
+RequestEvent dicts, so dashboard requests count as API ones do. Both
 callbacks run on the producer's thread and do a handful of O(1) updates each.
 
 Events also keep the idle pool exact: an abort applied while nothing else runs produces no
