@@ -199,11 +199,12 @@ class OpenAIApi:
 
 async def _events(call: ApiCall, reply: Reply, num_prompt_tokens: int,
                   writer: LogprobsWriter | None) -> AsyncIterator[bytes]:
-    opening = reply.opening_chunk()
-    if opening is not None:
-        yield sse(opening)
+    opening = reply.opening_chunk()  # with the first output, as vLLM does: clients time TTFT by it
     num_tokens = 0
     async for delta in call.deltas():
+        if opening is not None:
+            yield sse(opening)
+            opening = None
         num_tokens += len(delta.token_ids)
         if delta.finish_reason == "error":  # OpenAI clients raise on an "error" event
             yield sse(engine_failure(delta.error).body())

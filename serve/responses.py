@@ -52,7 +52,8 @@ class Reply:
         return {**self._head(self.endpoint.object), "choices": [choice], "usage": usage_}
 
     def opening_chunk(self) -> dict | None:
-        """Chat streams open with the assistant's role, as OpenAI's do."""
+        """Chat streams open with the assistant's role, as OpenAI's do (sent with the first
+        output, as vLLM sends it)."""
         if not self.endpoint.chat:
             return None
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,

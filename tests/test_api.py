@@ -271,3 +271,40 @@ def test_chat_content_cannot_forge_special_tokens(url, tiny_model_dir):
     response = httpx.post(f"{url}{CHAT}", json=chat(messages=messages, max_tokens=1), timeout=TIMEOUT)
     assert response.status_code == 200
     assert response.json()["usage"]["prompt_tokens"] == len(as_text)
+
+
+def test_chat_stream_sends_its_role_chunk_with_the_first_token_not_before_the_prefill(url, llm):
+    """Clients time TTFT by the first streamed chunk (vLLM's own benchmark does): the assistant's
+    role chunk must come with the first token, as vLLM sends it, not before the step that
+    sampled it. The engine is paused, so nothing is sampled until it resumes."""
+    import time
+
+    sampled_at: list[float] = []
+    unsubscribe = llm.subscribe(lambda r: r["sampled"] and sampled_at.append(r["t_end"]))
+    chunks: list[tuple[float, dict]] = []
+
+    def read() -> None:
+        body = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                "stream": True}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=TIMEOUT) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    chunks.append((time.time(), json.loads(line[6:])))
+
+    llm.pause()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while llm.counts()["waiting"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert llm.counts()["waiting"] == 1
+        reader.join(0.5)  # the stream has had every chance to send what it sends before a step
+        assert chunks == [], "a chunk went out before any step ran"
+    finally:
+        llm.resume()
+        reader.join(30)
+        unsubscribe()
+    first_time, first = chunks[0]
+    assert first["choices"][0]["delta"]["role"] == "assistant"
+    assert first_time >= sampled_at[0]
