@@ -49,6 +49,7 @@ from viz.ui.static import HEAD, REPLAY_HEAD, install_page_routes
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
+    from serve.metrics import EngineMetrics
     from viz.sources.ingest import IngestSource
     from viz.ui.handlers import DashboardHandlers
 
@@ -308,19 +309,30 @@ def create_attach_app(args: argparse.Namespace) -> tuple[FastAPI, IngestSource, 
         (lambda: metrics.close(), submitter.close, endpoint.close, source.close), kind="attach")
     metrics = EngineMetrics(source, pending=app.state.firing.pending)
     install_ingest(app, source)
-    app.add_api_route("/metrics", lambda: Response(metrics.exposition(), media_type=metrics.content_type),
-                      methods=["GET"], include_in_schema=False)
+    install_metrics(app, metrics)
     mount_page(app, handlers)
     return app, source, hub
 
 
+def install_metrics(app: FastAPI, metrics: EngineMetrics) -> None:
+    app.add_api_route("/metrics", lambda: Response(metrics.exposition(), media_type=metrics.content_type),
+                      methods=["GET"], include_in_schema=False)
+
+
 def create_replay_app(args: argparse.Namespace) -> tuple[FastAPI, ReplayChannels]:
-    """The same dashboard fed by a trace; raises TraceError for a file it cannot replay."""
-    trace = load_trace(args.replay)
-    channels = ReplayChannels(trace, Path(args.replay).name, shared=args.shared_view)
+    """The same dashboard fed by a trace; raises TraceError for a file it cannot replay.
+    /healthz says it replays; /metrics holds the whole trace's totals (trace_totals.py)."""
+    from serve.metrics import EngineMetrics
+    from viz.sources.trace_totals import TraceTotals
+
+    trace, name = load_trace(args.replay), Path(args.replay).name
+    channels = ReplayChannels(trace, name, shared=args.shared_view)
     app, identity = web_app("Batchscope replay", replay_lifespan(channels))
     install_transports(app, channels, identity)
     install_replay_routes(app, channels, identity)
+    install_metrics(app, EngineMetrics(TraceTotals(trace)))
+    health = {"status": "ready", "mode": "replay", "trace": name, "iterations": len(trace.records)}
+    app.add_api_route("/healthz", lambda: health, methods=["GET"], include_in_schema=False)
     gr.mount_gradio_app(app, build_replay_ui(channels), path="/", head=REPLAY_HEAD,
                         theme=gr.themes.Base(), footer_links=[])
     return app, channels

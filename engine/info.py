@@ -52,9 +52,10 @@ def source_info(engine: LLMEngine | None, model: str) -> SourceInfo:
 def trace_header(engine: LLMEngine) -> dict:
     """Model config, engine config (as it is now: presenter controls change it) and hardware."""
     hf_config = engine.loaded.config
+    config = hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}
+    config.pop("_name_or_path", None)  # the server's local directory: traces are shared
     return {
-        "model": {"name": engine.model_name,
-                  "config": hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}},
+        "model": {"name": engine.model_name, "config": config},
         "engine": dataclasses.asdict(engine.config),
         "hardware": hardware(engine.config.device),
     }

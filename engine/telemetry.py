@@ -75,7 +75,7 @@ PHASES = ("schedule", "prepare", "forward", "sample", "postprocess")
 ROW_ORDERS = ("packed", "scheduled")
 KV_DETAIL_LIMIT = 16384  # larger pools ship block counts without per-block lists
 BATCHSCOPE_SOURCE = {"engine": ENGINE_NAME, "version": ENGINE_VERSION, "row_order": "packed"}
-V1_SOURCE = {"engine": ENGINE_NAME, "version": "1", "row_order": "packed"}
+V1_SOURCE = {"engine": ENGINE_NAME, "version": "", "row_order": "packed"}  # v1 never said which
 SEGMENT_KINDS = ("prefill", "prefill_chunk", "decode")
 REQUEST_STATES = ("waiting", "prefilling", "decoding", "preempted", "finished")
 

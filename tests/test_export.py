@@ -108,3 +108,10 @@ def test_an_empty_recording_still_exports(trace):
     assert {e["ph"] for e in to_chrome_trace(empty)["traceEvents"]} == {"M"}
     assert summarize(empty).num_iterations == 0
     assert 'id="summary"' in to_html_report(empty)
+
+
+def test_export_help_names_the_module_that_runs():
+    done = subprocess.run([sys.executable, "-m", "viz.traces.export", "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and "python -m viz.traces.export" in done.stdout
+    assert "python -m viz.export " not in done.stdout

@@ -121,3 +121,29 @@ def test_the_replay_app_is_built_without_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=TRACE.parents[2], check=True,
                          capture_output=True, text=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_a_replay_answers_healthz_and_metrics_as_a_live_server_does():
+    """Monitoring pointed at a replay (a workshop's laptop) gets answers, not 404: /healthz says
+    it replays, /metrics holds the whole trace's totals."""
+    trace = load_trace(TRACE)
+    with replay_server() as server:
+        health = httpx.get(server.url + "/healthz", timeout=10)
+        metrics = httpx.get(server.url + "/metrics", timeout=10)
+    assert health.status_code == 200
+    assert health.json() == {"status": "ready", "mode": "replay", "trace": TRACE.name,
+                             "iterations": len(trace.records)}
+    assert metrics.status_code == 200
+    assert f"batchscope_iterations_total {float(len(trace.records))}" in metrics.text
+    tokens = sum(len(r["sampled"]) for r in trace.records)
+    assert f"batchscope_generation_tokens_total {float(tokens)}" in metrics.text
+
+
+def test_a_trace_that_does_not_say_its_engine_version_shows_none():
+    """Schema-1 records (the shipped trace) do not say which Batchscope wrote them: the header
+    must not read "Batchscope 1" (the schema's number taken for a version)."""
+    from viz.sources.replay import trace_info
+
+    shipped = Path(__file__).resolve().parent.parent / "assets" / "traces" / "smollm2-135m-instruct-cpu.jsonl.gz"
+    info = trace_info(load_trace(shipped))
+    assert (info.engine, info.engine_version) == ("batchscope", "")

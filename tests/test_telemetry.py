@@ -46,7 +46,7 @@ def test_version_1_records_validate_and_upgrade(tiny_model_dir):
     validate_record(old)
     upgraded = upgrade_record(old)
     assert upgraded["schema_version"] == 2 and upgraded["source"] == {
-        "engine": "batchscope", "version": "1", "row_order": "packed"}
+        "engine": "batchscope", "version": "", "row_order": "packed"}
     validate_record(upgraded)
     assert upgrade_record(data) is data
     with pytest.raises(ValueError, match="durations_ms"):

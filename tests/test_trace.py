@@ -67,6 +67,14 @@ def test_round_trip_plain_and_gzip(live_run):
     assert any(s["kind"] == "prefill_chunk" for s in chunks)
 
 
+def test_a_recorded_trace_holds_no_local_path_of_the_server(live_run, tiny_model_dir):
+    """A trace is shared (downloaded, attached to a bug report): the model's directory on the
+    server that recorded it is nobody else's business."""
+    _, paths = live_run
+    text = paths["plain"].read_text()
+    assert str(tiny_model_dir) not in text and str(Path(tiny_model_dir).resolve()) not in text
+
+
 def test_redacted_trace_keeps_layout_and_token_counts_but_no_text(live_run):
     seen, paths = live_run
     trace = load_trace(paths["redacted"])

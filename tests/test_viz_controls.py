@@ -23,3 +23,16 @@ def test_turning_chunking_off_reports_the_budget_the_engine_will_use():
     assert effective_budget(llm, 256, chunked=False) == 1024
     assert effective_budget(llm, 2048, chunked=False) == 2048
     assert config.max_num_batched_tokens == 512  # the engine's config is left alone
+
+
+def test_a_fractional_max_tokens_or_count_becomes_the_integer_the_slider_shows():
+    """3.7 typed into Max tokens: the slider shows 4, so 4 it is (it generated 3)."""
+    import gradio as gr
+
+    from viz.ui.page import _firing_controls
+    from viz.ui.presets import load_presets
+
+    with gr.Blocks():
+        controls = _firing_controls(load_presets())
+    assert controls.max_tokens.preprocess(3.7) == 4 and controls.count.preprocess(2.5) in (2, 3)
+    assert isinstance(controls.max_tokens.preprocess(3.7), int)

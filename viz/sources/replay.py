@@ -101,7 +101,7 @@ def trace_info(trace: Trace) -> SourceInfo:
     source = upgrade_record(records[0])["source"] if records else {}
     engine = header["engine"]
     return SourceInfo(
-        engine=source.get("engine", "batchscope"), engine_version=source.get("version", "1"),
+        engine=source.get("engine", "batchscope"), engine_version=source.get("version", ""),
         model=header["model"]["name"], phases=tuple(trace_phases(trace)),
         block_size=engine.get("block_size"), num_kv_blocks=engine.get("num_kv_blocks"),
         max_model_len=engine.get("max_model_len"),

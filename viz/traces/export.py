@@ -1,6 +1,6 @@
 """Exports of a recorded run: Chrome trace-event JSON and a single-file HTML report.
 
-    python -m viz.export TRACE [--chrome OUT.json] [--html OUT.html]
+    python -m viz.traces.export TRACE [--chrome OUT.json] [--html OUT.html]
 
 The Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing, both work offline
 from a file) has an "Engine" process with a track per step and per engine phase, plus KV and
@@ -434,7 +434,7 @@ def _lane_record(record: dict) -> dict:
 
 # ---- command line ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m viz.export", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m viz.traces.export", description=__doc__.split("\n")[0])
     parser.add_argument("trace", help="a .jsonl or .jsonl.gz trace file")
     parser.add_argument("--chrome", metavar="OUT.json", help="write Chrome trace-event JSON")
     parser.add_argument("--html", metavar="OUT.html", help="write a single-file HTML report")

@@ -107,8 +107,9 @@ def _firing_controls(library) -> FiringControls:
         about=gr.Markdown(preset.description, elem_id="bs-about"),
         prompt=gr.Textbox(label=PAGE.both("own_prompt"), lines=2, max_lines=6,
                           placeholder=PAGE.both("own_prompt_placeholder"), elem_id="bs-prompt"),
-        count=gr.Slider(1, 16, value=preset.count, step=1, label=PAGE.both("requests")),
-        max_tokens=gr.Slider(1, 256, value=preset.max_tokens, step=1,
+        # precision 0: a typed 3.7 is the 4 the slider shows, and reaches the handler as an int
+        count=gr.Slider(1, 16, value=preset.count, step=1, precision=0, label=PAGE.both("requests")),
+        max_tokens=gr.Slider(1, 256, value=preset.max_tokens, step=1, precision=0,
                              label=PAGE.both("max_tokens")),
         temperature=gr.Slider(0, 1.5, value=preset.temperature, step=0.05,
                               label=PAGE.both("temperature")),

@@ -230,7 +230,9 @@ class SchedulerAdapter:
 
 def _hf_config(model_config) -> dict:
     hf_config = getattr(model_config, "hf_config", None)
-    return hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}
+    config = hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}
+    config.pop("_name_or_path", None)  # the server's local directory: traces are shared
+    return config
 
 
 def _hardware(device: str) -> dict:
