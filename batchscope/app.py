@@ -26,6 +26,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -356,8 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     common = common_arguments().parse_known_args(argv)[0]
     start = start_replay if common.replay else start_attached if common.vllm else start_live
     app, args, what = start(argv)
-    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    log.info("Batchscope on http://%s:%d (%s)", shown, args.port, what)
+    log.info("Batchscope on %s (%s)", shown_url(args), what)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                 **uvicorn_proxy_options(args.forwarded_allow_ips))
@@ -373,10 +374,32 @@ def start_replay(argv: list[str] | None) -> tuple[FastAPI, argparse.Namespace, s
     return app, args, f"replay of {args.replay} ({channels.num_iterations} iterations)"
 
 
+def shown_url(args: argparse.Namespace) -> str:
+    """The URL to open: a wildcard bind address is reached through the loopback here."""
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    return f"http://{host}:{args.port}"
+
+
+def announce_when_ready(llm: AsyncLLM, url: str) -> None:
+    """Say in the terminal when the model is ready (or why it is not), and where the API is."""
+    def wait() -> None:
+        started = time.monotonic()
+        try:
+            info = llm.wait_ready()
+        except Exception as exc:  # noqa: BLE001 (the page says it too; here the terminal does)
+            log.error("the model did not load: %s", exc)
+            return
+        log.info("Batchscope ready at %s: model %s loaded in %.0f s; OpenAI API at %s/v1",
+                 url, info.name, time.monotonic() - started, url)
+
+    threading.Thread(target=wait, name="announce-ready", daemon=True).start()
+
+
 def start_live(argv: list[str] | None) -> tuple[FastAPI, argparse.Namespace, str]:
     args = build_parser().parse_args(argv)
     ensure_default_model_package(args.model)
-    app, _, _ = create_app(args)
+    app, llm, _ = create_app(args)
+    announce_when_ready(llm, shown_url(args))
     what = f"model {args.model} loading in the background"
     return app, args, what + (f", recording to {args.record}" if args.record else "")
 

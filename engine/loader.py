@@ -6,12 +6,14 @@ as a plain safetensors directory, so the next start skips the slow conversion.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +95,20 @@ def _gguf_to_dir(gguf: Path) -> Path:
     return target
 
 
+@contextlib.contextmanager
+def quiet_progress() -> Iterator[None]:
+    """transformers' progress bars off for the duration (as they were after)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(model: str, dtype: torch.dtype, device: str) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -104,7 +120,8 @@ def load_model(model: str, dtype: torch.dtype, device: str) -> LoadedModel:
             f"model {model!r}: unsupported architecture {architectures[0]!r}; "
             f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    hf = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    with quiet_progress():  # every engine loads (Compare's two per run): no bar each time
+        hf = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     max_positions = config.max_position_embeddings
     window = getattr(config, "sliding_window", None)
     if window and config.model_type == "mistral":
