@@ -199,6 +199,12 @@ def main(argv: list[str] | None = None) -> dict:
         results["vllm_trace"] = vllm_trace(args.vllm_python, model_dir, dtype, args.out, args.dry_run)
         log(f"vLLM trace: {results['vllm_trace']}")
     results["elapsed_s"] = round(time.time() - started, 1)
+    write_report(results, args.out, device)
+    return results
+
+
+def write_report(results: dict, out: Path, device: str) -> None:
+    """gpu_check.json and gpu_check.md in ``out``; the markdown printed too."""
     text = [f"# GPU check ({results['torch']['machine'].get('gpu', device)})", "",
             f"correctness: {results['correctness']}", "",
             f"GPU tests: {results.get('gpu_tests', 'not run (dry run)')}", "", "## torch backend", "",
@@ -209,11 +215,10 @@ def main(argv: list[str] | None = None) -> dict:
         text += [f"flash_attn: {results['flash_attn']}", ""]
     text += [f"vLLM trace: {results['vllm_trace']}", ""]
     text += ["## targets", "", targets_table(results["targets"]), "", f"elapsed {results['elapsed_s']} s"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(results, args.out / "gpu_check.json")
-    (args.out / "gpu_check.md").write_text("\n".join(text) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(results, out / "gpu_check.json")
+    (out / "gpu_check.md").write_text("\n".join(text) + "\n")
     print("\n".join(text))
-    return results
 
 
 if __name__ == "__main__":
