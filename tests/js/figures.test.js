@@ -216,3 +216,14 @@ test("zoom and pan survive redraws: every figure keeps one uirevision from step 
     assert.equal(build(windows[31], view({ records: windows[31] })).layout.uirevision, revision);
   }
 });
+
+test("block tables: the pool legend adds up and says which cached blocks are free", () => {
+  for (const record of records.filter((r) => r.kv.cached && r.kv.num_cached)) {
+    const { layout } = blockTables([record], view({ records: [record] }));
+    const legend = plainText(layout.xaxis2.title.text).replace(/■ /g, "").replace(/\s+/g, " ");
+    const kv = record.kv, used = kv.num_blocks - kv.num_free;
+    const cachedFree = kv.cached.filter((b) => kv.ref_counts[b] === 0).length;
+    assert.ok(legend.includes(`${used} used + ${kv.num_free} free = ${kv.num_blocks}`), legend);
+    assert.ok(legend.includes(`${kv.num_cached} cached (${cachedFree} of them free)`), legend);
+  }
+});

@@ -53,11 +53,16 @@ function panelTitles(record, view, shown, margin, plotWidth) {
   return { annotations: [tables.annotation, pool.annotation], height: Math.max(tables.height, pool.height) };
 }
 
+// "52 used + 676 free = 728 · 369 cached (340 of them free)": used and free add up
+// to the pool; cached blocks overlap both (a free block keeps its prefix until it is reused).
 function legendParts(record, view) {
-  const kv = record.kv, meta = view.meta;
-  return [`${kv.num_blocks - kv.num_free} ${view.t.short("blocks.used")}`,
-    `<span style="color:${meta.free_color}">■</span> ${kv.num_free} ${view.t.short("blocks.free")}`,
-    `<span style="color:${meta.cached_color}">■</span> ${kv.num_cached} ${view.t.short("blocks.cached")}`];
+  const kv = record.kv, meta = view.meta, t = view.t;
+  const cachedFree = kv.cached && kv.ref_counts ? kv.cached.filter((b) => kv.ref_counts[b] === 0).length : null;
+  const cached = cachedFree === null ? t.short("blocks.cached_count", { cached: kv.num_cached })
+    : t.short("blocks.cached_free", { cached: kv.num_cached, free: cachedFree });
+  return [`${kv.num_blocks - kv.num_free} ${t.short("blocks.used")} + <span style="color:${meta.free_color}">■</span> `
+    + `${kv.num_free} ${t.short("blocks.free")} = ${kv.num_blocks}`,
+    `<span style="color:${meta.cached_color}">■</span> ${cached}`];
 }
 
 // The table cells: colour index, block id and hover text per (request, logical block).
