@@ -125,10 +125,10 @@ function render(panel, parts, a, view) {
   showNotes(parts, a, t);
   parts.lane.head.textContent = t("autopsy.lane_title");
   legend(parts.doc, parts.lane.legend, [...new Set(a.steps.map((s) => s.state))]
-    .map((state) => [stateStyle(state, color), t(`autopsy.state_${state}`), t(`autopsy.state_${state}_def`)]));
+    .map((state) => [stateStyle(state), t(`autopsy.state_${state}`), t(`autopsy.state_${state}_def`)]));
   plot(parts.lane.plot, (size) => laneFigure(a, { ...view, size }));
-  showTtft(parts, a, t, color);
-  showItl(parts, a, view, color);
+  showTtft(parts, a, t);
+  showItl(parts, a, view);
   parts.story.head.textContent = t("autopsy.story_title");
   parts.story.list.replaceChildren(...story(a).map((line) => storyLine(parts.doc, line, t)));
 }
@@ -181,12 +181,12 @@ function swatch(doc, parent, style) {
   return box;
 }
 
-function partStyle(part, color) {
-  return part === "prefill" ? { color } : { color: AUTOPSY_COLORS[part === "queue" ? "waiting" : part],
+function partStyle(part) {
+  return { color: AUTOPSY_COLORS[part === "queue" ? "waiting" : part],
     pattern: part === "unknown" ? { shape: "x" } : null };
 }
 
-function showTtft(parts, a, t, color) {
+function showTtft(parts, a, t) {
   const { ttft } = a;
   const ms = roundedParts(ttft.parts, ttft.total);
   const total = Object.values(ms).reduce((x, y) => x + y, 0);
@@ -197,19 +197,19 @@ function showTtft(parts, a, t, color) {
   parts.ttft.head.dataset.ms = String(ttft.unseen ? "" : total);
   parts.ttft.bar.hidden = ttft.unseen;
   parts.ttft.bar.replaceChildren(...(ttft.unseen ? [] : TTFT_PARTS.filter((p) => ms[p] > 0).map((p) => {
-    const piece = swatch(parts.doc, null, partStyle(p, color));
+    const piece = swatch(parts.doc, null, partStyle(p));
     piece.style.flexGrow = String(ms[p]);
     piece.title = `${t(`autopsy.part_${p}`)}: ${ms[p]} ms`;
     return piece;
   })));
-  parts.ttft.table.replaceChildren(...(ttft.unseen ? [] : TTFT_PARTS.map((p) => partRow(parts.doc, p, ms[p], total, t, color))));
+  parts.ttft.table.replaceChildren(...(ttft.unseen ? [] : TTFT_PARTS.map((p) => partRow(parts.doc, p, ms[p], total, t))));
 }
 
-function partRow(doc, part, ms, total, t, color) {
+function partRow(doc, part, ms, total, t) {
   const row = element(doc, "tr", ms ? "" : "bs-zero");
   row.dataset.part = part;
   row.dataset.ms = String(ms);
-  swatch(doc, element(doc, "td", "", row), partStyle(part, color));
+  swatch(doc, element(doc, "td", "", row), partStyle(part));
   element(doc, "th", "", row, t(`autopsy.part_${part}`));
   element(doc, "td", "bs-num", row, `${ms} ms`);
   element(doc, "td", "bs-num", row, total ? `${Math.round((100 * ms) / total)}%` : "");
@@ -217,12 +217,12 @@ function partRow(doc, part, ms, total, t, color) {
   return row;
 }
 
-function showItl(parts, a, view, color) {
+function showItl(parts, a, view) {
   const t = view.t, tokens = a.tokens;
   const why = (k) => tokenWhy(k, t);
   parts.itl.head.textContent = tokens.length ? t("autopsy.itl_title", { n: tokens.length }) : t("autopsy.itl_none");
   legend(parts.doc, parts.itl.legend, [...new Set(tokens.map((k) => k.cause))]
-    .map((c) => [{ color: CAUSE_COLORS[c] || color, pattern: c === "unknown" ? { shape: "x" } : null },
+    .map((c) => [{ color: CAUSE_COLORS[c], pattern: c === "unknown" ? { shape: "x" } : null },
       t(`autopsy.cause_${c}`), t(`autopsy.cause_${c}_def`)]));
   parts.itl.plot.hidden = !tokens.length;
   if (tokens.length) plot(parts.itl.plot, (size) => itlFigure(a, { ...view, size }, why));

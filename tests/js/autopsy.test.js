@@ -205,3 +205,14 @@ test("lanes stay bounded: finished ones are forgotten first", () => {
   assert.equal(book.lanes.size, MAX_LANES);
   assert.ok(!book.lanes.has("q0") && book.lanes.has("q29") && book.lanes.has(`q${MAX_LANES + 19}`));
 });
+
+test("autopsy colours: one fixed palette per phase and cause, the same for every request", async () => {
+  const { stateStyle, CAUSE_COLORS, AUTOPSY_COLORS } = await import("../../assets/js/autopsy_figures.js");
+  const states = ["waiting", "prefill", "decode", "recompute", "stalled", "preempted", "unknown"];
+  const looks = states.map((s) => JSON.stringify(stateStyle(s)));
+  assert.equal(new Set(looks).size, states.length, looks.join("\n"));
+  const owns = [stateStyle("prefill").color, stateStyle("decode").color];
+  assert.ok(!owns.includes(AUTOPSY_COLORS.others) && owns[0] !== owns[1], "own rows vs serving others");
+  const causes = Object.values(CAUSE_COLORS);
+  assert.ok(causes.every(Boolean) && new Set(causes).size === causes.length, JSON.stringify(CAUSE_COLORS));
+});
