@@ -219,11 +219,14 @@ test("zoom and pan survive redraws: every figure keeps one uirevision from step 
 
 test("block tables: the pool legend adds up and says which cached blocks are free", () => {
   for (const record of records.filter((r) => r.kv.cached && r.kv.num_cached)) {
-    const { layout } = blockTables([record], view({ records: [record] }));
+    const { layout } = blockTables([record], view({ records: [record], width: 440 }));
     const legend = plainText(layout.xaxis2.title.text).replace(/■ /g, "").replace(/\s+/g, " ");
     const kv = record.kv, used = kv.num_blocks - kv.num_free;
     const cachedFree = kv.cached.filter((b) => kv.ref_counts[b] === 0).length;
     assert.ok(legend.includes(`${used} used + ${kv.num_free} free = ${kv.num_blocks}`), legend);
-    assert.ok(legend.includes(`${kv.num_cached} cached (${cachedFree} of them free)`), legend);
+    assert.ok(legend.includes(`${kv.num_cached} cached (${cachedFree} free)`), legend);
+    assert.ok(!legend.includes("…"), legend);
+    const both = blockTables([record], view({ records: [record], width: 440, lang: "both" })).layout.xaxis2.title.text;
+    assert.ok(!plainText(both).includes("…"), both);
   }
 });

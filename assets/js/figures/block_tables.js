@@ -19,7 +19,7 @@ export function blockTables(records, view) {
   const tables = tableCells(record, view, ids);
   const logical = fitParts([...t.parts("blocks.logical"), ...(tables.shared.x.length ? t.parts("blocks.shared") : [])],
     { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
-  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 3 });
+  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 5 });
   Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * 16 + 24 });
   const plotHeight = view.size.height - margin.t - margin.b;
   const tableCell = cellPixels(plotWidth * (TABLES[1] - TABLES[0]), plotHeight, tables.columns, ids.length);
@@ -53,16 +53,17 @@ function panelTitles(record, view, shown, margin, plotWidth) {
   return { annotations: [tables.annotation, pool.annotation], height: Math.max(tables.height, pool.height) };
 }
 
-// "52 used + 676 free = 728 · 369 cached (340 of them free)": used and free add up
-// to the pool; cached blocks overlap both (a free block keeps its prefix until it is reused).
+// "52 used + 676 free = 728 · 369 cached (340 free)": used and free add up to the pool; cached
+// blocks overlap both (a free block keeps its prefix until it is reused; 340 of the 369 are). Parts wrap
+// where a line is full, each math part keeping its sign.
 function legendParts(record, view) {
-  const kv = record.kv, meta = view.meta, t = view.t;
+  const kv = record.kv, meta = view.meta, t = view.t, square = (color) => `<span style="color:${color}">■</span>`;
   const cachedFree = kv.cached && kv.ref_counts ? kv.cached.filter((b) => kv.ref_counts[b] === 0).length : null;
-  const cached = cachedFree === null ? t.short("blocks.cached_count", { cached: kv.num_cached })
-    : t.short("blocks.cached_free", { cached: kv.num_cached, free: cachedFree });
-  return [`${kv.num_blocks - kv.num_free} ${t.short("blocks.used")} + <span style="color:${meta.free_color}">■</span> `
-    + `${kv.num_free} ${t.short("blocks.free")} = ${kv.num_blocks}`,
-    `<span style="color:${meta.cached_color}">■</span> ${cached}`];
+  return [{ text: `${kv.num_blocks - kv.num_free} ${t.short("blocks.used")}` },
+    { text: `+ ${square(meta.free_color)} ${kv.num_free} ${t.short("blocks.free")}`, before: " " },
+    { text: `= ${kv.num_blocks}`, before: " " },
+    { text: `${square(meta.cached_color)} ${kv.num_cached} ${t.short("blocks.cached")}`, before: " · " },
+    cachedFree === null ? null : { text: t.short("blocks.of_them_free", { free: cachedFree }), before: " " }];
 }
 
 // The table cells: colour index, block id and hover text per (request, logical block).
