@@ -163,3 +163,21 @@ def test_a_worker_that_fails_or_dies_is_an_error_with_its_reason(tiny_model_dir)
     with pytest.raises(RuntimeError, match="ended"):
         session.close()
     assert session.proc.poll() is not None
+
+
+def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_ratios():
+    from benchmarks.serving import METRICS, Setting, markdown, summarize
+
+    def run(goodput, ttft99, tpot99):
+        return {**dict.fromkeys(METRICS, 1.0), "request_goodput": goodput, "p99_ttft_ms": ttft99, "p99_tpot_ms": tpot99}
+
+    results = {"batchscope": {"1.0": [run(1.0, 500, 80), run(0.9, 600, 90)], "2.0": [run(1.9, 1500, 140)] * 2,
+                              "4.0": [run(2.0, 9000, 400)] * 2},
+               "vllm": {"1.0": [run(1.0, 500, 80)] * 2, "2.0": [run(1.6, 2500, 160)] * 2,
+                        "4.0": [run(1.8, 9000, 450)] * 2}}
+    summary = summarize(results)
+    assert summary["headline"]["batchscope"]["highest_rate_within_slo"] == 2.0
+    assert summary["headline"]["vllm"]["highest_rate_within_slo"] == 1.0
+    assert summary["goodput_ratio_per_rate"]["1.0"] == {"median": 0.95, "min": 0.9, "max": 1.0}
+    assert abs(summary["headline"]["best_goodput_ratio"] - 2.0 / 1.8) < 1e-9
+    assert "TTFT p99 <= 2000 ms" in markdown(Setting(), summary)

