@@ -96,6 +96,33 @@ def stepped(tiny_model_dir):
     return planned, records
 
 
+@pytest.fixture(scope="module")
+def slow_motion(tiny_model_dir):
+    """The same shot on a running engine in slow motion (1500 ms per step), as a presenter runs it."""
+    from engine import AsyncLLM
+
+    llm = AsyncLLM(tiny_model_dir, num_kv_blocks=256)
+    llm.wait_ready(120)
+    hub = TelemetryHub()
+    hub.attach(llm)
+    records = []
+    llm.subscribe(records.append)
+    llm.set_min_step_interval(1.5)
+    library = load_presets()
+    planned = plan_shot(library, library.presets["article"], Knobs(3, MAX_TOKENS, 0.7, 0), llm.tokenizer)
+    Firing(LocalSubmitter(llm), hub).fire(planned, owner=None)
+    try:
+        wait_until(lambda: _all_finished(records, planned), timeout=90)
+    finally:
+        llm.shutdown()
+    return planned, records
+
+
+def test_in_slow_motion_the_step_after_cs_arrival_is_the_readmes_too(slow_motion):
+    planned, records = slow_motion
+    assert run_step(records, planned) == readme_step()
+
+
 def _all_finished(records, planned) -> bool:
     done = {rid for r in records for rid in r["finished"]}
     return {p.request_id for p in planned} <= done
