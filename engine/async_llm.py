@@ -49,13 +49,9 @@ class AsyncLLM:
         return self._loop.error
 
     @property
-    def load_error(self) -> str | None:
-        """(Older name of ``error``, read by the dashboard until it migrates.)"""
-        return self._loop.error
-
-    @property
     def engine(self) -> LLMEngine | None:
-        """(The dashboard still reads it until it migrates; nothing new may use it.)"""
+        """The engine itself, for tests that inject faults into its steps (tests/support/faults.py);
+        product code goes through the methods below."""
         return self._loop.engine
 
     @property

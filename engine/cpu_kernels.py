@@ -17,7 +17,8 @@ The library needs only libc and OpenMP: it builds in about a second (``-O3 -marc
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
 compiler and the CPU, and links the OpenMP runtime torch already loaded, so both share one
 thread pool. Without a compiler (or on a build error) ``load()`` returns None and the engine
-keeps torch's ops, saying why once.
+keeps torch's ops, saying why once; with ``BATCHSCOPE_REQUIRE_KERNELS=1`` (CI) it raises instead.
+The sources build with GCC 11 and later, and clang (vec.h's SHUFFLE).
 """
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ def _cpu_flags() -> bytes:
         return b""
 
 
+REQUIRE_KERNELS = "BATCHSCOPE_REQUIRE_KERNELS"
 _override: list[ctypes.CDLL] = []  # a library swapped in by ``using`` (benchmarks/lockstep.py)
 
 
@@ -108,8 +110,7 @@ def built() -> ctypes.CDLL | None:
     """This tree's library, built on first use, or None where it cannot be built here."""
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
-        log.warning("no C compiler: the CPU kernels are off, torch's ops are used instead")
-        return None
+        return _without_kernels("no C compiler")
     files = sorted(SOURCES.glob("*.[ch]"))
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files) + " ".join((compiler, *FLAGS)).encode()
                             + _cpu_flags())
@@ -119,9 +120,16 @@ def built() -> ctypes.CDLL | None:
             build(compiler, [f for f in files if f.suffix == ".c"], target)
         return open_library(target)
     except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or exc
-        log.warning("the CPU kernels did not build (%s): torch's ops are used instead", detail)
-        return None
+        return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
+
+
+def _without_kernels(why: str) -> None:
+    """Run on torch's ops, saying why; an error instead where ``BATCHSCOPE_REQUIRE_KERNELS=1``
+    (CI: a C regression must fail the build, not show up as a slower green run)."""
+    if os.environ.get(REQUIRE_KERNELS) == "1":
+        raise RuntimeError(f"{REQUIRE_KERNELS}=1 and {why}")
+    log.warning("%s: the CPU kernels are off, torch's ops are used instead", why)
+    return None
 
 
 def open_library(path: Path) -> ctypes.CDLL:

@@ -66,13 +66,6 @@ class LLMEngine:
         self._fault: Exception | None = None
 
     # ---- requests ------------------------------------------------------------------------
-    def tokenize(self, prompt: Prompt) -> list[int]:
-        """(The dashboard's firing path, until it moves to ``AsyncLLM.prepare``.)"""
-        return self.preparer.tokenize(prompt)
-
-    def check_fits(self, num_prompt_tokens: int, params: SamplingParams) -> None:
-        self.preparer.check_fits(num_prompt_tokens, params)
-
     def make_request(self, prompt: Prompt | Prepared, params: SamplingParams | None = None,
                      request_id: str | None = None) -> Request:
         """Validate (unless ``prompt`` is already Prepared) and build a request without

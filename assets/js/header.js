@@ -75,7 +75,7 @@ function sourceText(status, t) {
 export function bannerView(status, t) {
   if (!status) return { hidden: true };
   if (status.source === "attach") return attachBanner(status, t);
-  const error = status.error ?? status.load_error ?? "";
+  const error = status.error ?? "";
   if (status.state === "loading") {
     const seconds = status.load_seconds ?? 0;
     return { hidden: false, failed: false, text: t("banner.loading", { model: status.model || "", seconds }),

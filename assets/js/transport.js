@@ -3,9 +3,10 @@
 //
 // The websocket is tried first; if it cannot open or closes before its first message, the page
 // falls back to SSE for good. Either way a lost connection is reopened with backoff (0.3 s
-// doubling to 5 s, reset by a message), and a connection silent for 6 s (the server speaks at
-// least every 2 s) is closed and reopened. The environment (WebSocket, EventSource, timers) is
-// passed in, so the state machine runs under node's tests with fakes.
+// doubling to 5 s, reset by a message), and a connection silent for SILENCE_MS (several of the
+// server's STATUS_INTERVAL_S, viz/live/hub.py: it speaks at least that often) is closed and
+// reopened. The environment (WebSocket, EventSource, timers) is passed in, so the state machine
+// runs under node's tests with fakes.
 
 export const SILENCE_MS = 6000;
 const BACKOFF_MS = 300, MAX_BACKOFF_MS = 5000;

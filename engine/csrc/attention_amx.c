@@ -190,11 +190,11 @@ int bs_prefill_attention_amx(const Args *a, const int32_t *segments, int count, 
         for (int64_t i = 0; i < lanes; i++) lay_out(&c, &lane[i]);
         Scratch sc = {aligned_alloc(64, sizeof(uint16_t) * ROWS * dim), aligned_alloc(64, sizeof(uint16_t) * ROWS * width),
                       aligned_alloc(64, sizeof(float) * ROWS * width), aligned_alloc(64, sizeof(float) * 16 * 64), width};
-        if (!sc.q || !sc.p || !sc.s || !sc.o) failed = 1;
+        if (!sc.q || !sc.p || !sc.s || !sc.o) flag_failure(&failed);
         else configure_tiles((const int[8]){16, 16, 16, 16, 16, 16, 16, 16});
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < items; item++) {
-            if (failed) continue;
+            if (has_failed(&failed)) continue;
             int64_t k = item, i = 0;  /* item -> (lane, query head of its group, row block) */
             const int group = heads / kv_heads;
             while (k >= (lane[i].rows + ROWS - 1) / ROWS * group) k -= (lane[i].rows + ROWS - 1) / ROWS * group, i++;

@@ -329,10 +329,10 @@ int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new,
         const int64_t score_floats = (int64_t)heads * stride > LANES * stride ? (int64_t)heads * stride : LANES * stride;
         Scratch sc = {aligned_alloc(64, sizeof(vf) * q_vectors), aligned_alloc(64, sizeof(vf) * vectors),
                       aligned_alloc(64, sizeof(float) * ((score_floats + LANES - 1) / LANES * LANES)), stride};
-        if (!sc.q || !sc.acc || !sc.scores) failed = 1;
+        if (!sc.q || !sc.acc || !sc.scores) flag_failure(&failed);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < n; i++) {
-            if (failed) continue;
+            if (has_failed(&failed)) continue;
             int s = items[i].segment;
             int64_t first = items[i].first, end = row_start[s] + row_count[s];
             int rows = end - first < MULTI_ROWS ? (int)(end - first) : MULTI_ROWS;

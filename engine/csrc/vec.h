@@ -31,13 +31,32 @@ static inline vf load_bf16(const uint16_t *p) {
 }
 #endif
 
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf4 __attribute__((vector_size(16)));
+/* A failure flag the threads of one OpenMP region share: set and read atomically. */
+static inline void flag_failure(int *failed) {
+#pragma omp atomic write
+    *failed = 1;
+}
+
+static inline int has_failed(int *failed) {
+    int seen;
+#pragma omp atomic read
+    seen = *failed;
+    return seen;
+}
+
+/* A lane permutation of two vf: lane k of the result is lane mask[k] of the 32 lanes (a, b).
+ * GCC's __builtin_shuffle exists since GCC 4.7 (__builtin_shufflevector only since GCC 12, which
+ * Ubuntu 22.04's GCC 11 lacks); clang has only __builtin_shufflevector. */
+#if defined(__clang__)
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
+#endif
 
 /* The sum of the 16 lanes as a fixed tree (halves added, then their halves...). */
 static inline float hsum(vf v) {
-    vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    vf a = v + SHUFFLE(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    vf b = a + SHUFFLE(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
@@ -61,16 +80,16 @@ static inline uint16_t to_bf16(float f) {
 static inline vf reduce16(const vf *d) {
     vf r[8], s[4], t[2];
     for (int i = 0; i < 8; i++)
-        r[i] = __builtin_shufflevector(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
-             + __builtin_shufflevector(d[2 * i], d[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        r[i] = SHUFFLE(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+             + SHUFFLE(d[2 * i], d[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
     for (int i = 0; i < 4; i++)
-        s[i] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
-             + __builtin_shufflevector(r[2 * i], r[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        s[i] = SHUFFLE(r[2 * i], r[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
+             + SHUFFLE(r[2 * i], r[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
     for (int i = 0; i < 2; i++)
-        t[i] = __builtin_shufflevector(s[2 * i], s[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
-             + __builtin_shufflevector(s[2 * i], s[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-    return __builtin_shufflevector(t[0], t[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
-         + __builtin_shufflevector(t[0], t[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        t[i] = SHUFFLE(s[2 * i], s[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
+             + SHUFFLE(s[2 * i], s[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    return SHUFFLE(t[0], t[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+         + SHUFFLE(t[0], t[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
 static inline vf vselect(vi mask, vf a, vf b) {

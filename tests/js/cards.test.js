@@ -63,7 +63,7 @@ test("banners: loading with the first-start note, failed, and a dead engine with
   const dead = bannerView({ state: "dead", error: "CUDA error: out of memory" }, t("both"));
   assert.equal(dead.failed, true);
   assert.match(dead.text, /engine stopped.*CUDA error: out of memory.*引擎已停止/);
-  assert.match(bannerView({ state: "failed", load_error: "no such file" }, t()).text, /failed to load: no such file/);
+  assert.match(bannerView({ state: "failed", error: "no such file" }, t()).text, /failed to load: no such file/);
 });
 
 test("replay position", () => {

@@ -11,12 +11,9 @@ sys.path.insert(0, str(PLUGIN_DIR))
 
 @pytest.fixture
 def validate():
-    """Batchscope's own record validator, once it knows schema v2 (engine/telemetry.py)."""
+    """Batchscope's own record validator (engine/telemetry.py)."""
     from engine import telemetry
 
-    if getattr(telemetry, "SCHEMA_VERSION", 1) < 2:
-        pytest.skip("engine/telemetry.py is schema v1 here; the v2 validator comes with core's "
-                    "schema v2 (CONTRACTS.md)")
     return telemetry.validate_record
 
 
