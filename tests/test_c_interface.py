@@ -22,7 +22,8 @@ def broken_sources(tmp_path, monkeypatch):
 
 def test_a_broken_kernel_source_fails_loudly_when_kernels_are_required(broken_sources, monkeypatch):
     monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
-    with pytest.raises(RuntimeError, match=r"(?s)BATCHSCOPE_REQUIRE_KERNELS=1 and the CPU kernels did not build.*elementwise.c.*error"):
+    said = r"(?s)BATCHSCOPE_REQUIRE_KERNELS=1 and the CPU kernels did not build.*elementwise.c.*error"
+    with pytest.raises(RuntimeError, match=said):
         cpu_kernels.built.__wrapped__()
 
 
