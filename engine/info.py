@@ -58,6 +58,7 @@ def trace_header(engine: LLMEngine) -> dict:
         "model": {"name": engine.model_name, "config": config},
         "engine": dataclasses.asdict(engine.config),
         "hardware": hardware(engine.config.device),
+        "plan": {**engine.runner.plan.to_dict(), "summary": engine.runner.plan.summary()},
     }
 
 

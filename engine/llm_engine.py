@@ -19,7 +19,7 @@ from .request import Request
 from .sampler import SampledStep
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
-from .telemetry import PHASES, IterationRecord
+from .telemetry import BATCHSCOPE_SOURCE, PHASES, IterationRecord
 from .timing import PhaseTimer
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,11 @@ class LLMEngine:
         self.requests.pop(request.request_id, None)
         self._pending.finished[request.request_id] = reason
 
+    def _source(self) -> dict:
+        """The record's ``source``: the engine, and the execution plan this step ran."""
+        plan = {**self.runner.plan.to_dict(), "batch_invariant": self.config.batch_invariant}
+        return {**BATCHSCOPE_SOURCE, "plan": plan}
+
     def _record(self, sched: SchedulerOutput, packed: PackedStep, tokens: list[int | None],
                 timer: PhaseTimer, t_start: float, error: str | None) -> IterationRecord:
         pending, self._pending = self._pending, _Pending()
@@ -223,5 +228,6 @@ class LLMEngine:
             requests=request_states([*self.requests.values(), *ended]),
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
+            source=self._source(),
             error=error,
         )

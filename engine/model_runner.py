@@ -27,6 +27,7 @@ from . import host_memory
 from .attention import StepLayout, make_backend
 from .config import EngineConfig
 from .cuda_graphs import Capture, DecodeGraphs, GraphKey, cuda_capture_factory, graph_batch_sizes
+from .execution_plan import read_plan
 from .loader import LoadedModel
 from .packing import PackedStep
 from .sampler import SampledStep, Sampler, token_logprobs
@@ -77,6 +78,9 @@ class ModelRunner:
             except RuntimeError as exc:  # e.g. a kernel that synchronises inside the capture
                 log.warning("CUDA graph capture failed, decode steps run eagerly: %s", exc)
                 self.decode_graphs, config.cuda_graphs = None, False
+        self.plan = read_plan(self.model, self.backend.name, self.device, config.torch_dtype,
+                              self.decode_graphs is not None)
+        log.info("execution plan: %s", self.plan.summary())
 
     def _cache_tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
         """A zeroed K or V cache; on the CPU on huge pages (host_memory.py)."""

@@ -16,7 +16,8 @@ Schema (version 2), as produced by ``IterationRecord.to_dict()``:
   ``"data_parallel_rank"`` int, the data-parallel rank whose scheduler ran the step (vLLM runs
   one per rank); ``"rank_step"`` int, that rank's own step number, present when the ingest
   merged the ranks of a data-parallel engine into one stream (``step`` is then the stream's,
-  numbered in arrival order)
+  numbered in arrival order); ``"plan"`` (Batchscope) the kernels the step ran on:
+  ``engine/execution_plan.py``'s fields plus ``batch_invariant`` (older traces lack it)
 - ``t_start``, ``t_end``: wall-clock seconds since the epoch (``time.time()``)
 - ``durations_ms``: ``"total"`` plus any of the source's phases (Batchscope: ``PHASES``,
   schedule, prepare, forward, sample, postprocess; vLLM: schedule, execute, update), each a
@@ -137,7 +138,7 @@ class IterationRecord:
     num_waiting: int = 0
     num_running: int = 0
     error: str | None = None
-    source: dict[str, str] = field(default_factory=lambda: dict(BATCHSCOPE_SOURCE))
+    source: dict[str, object] = field(default_factory=lambda: dict(BATCHSCOPE_SOURCE))
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

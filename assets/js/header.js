@@ -12,7 +12,9 @@ export function counts(status, record) {
 export function statusParts(status, record, t, link) {
   if (link === "reconnecting") return [{ part: "link", text: t.short("status.reconnecting") }];
   if (!status) return [{ part: "link", text: t.short("status.connecting") }];
-  const parts = [{ part: "source", text: sourceText(status, t) }, { part: "engine", text: engineText(status, t) },
+  const plan = (status.engine || {}).plan;  // which kernels run (engine/execution_plan.py), on hover
+  const parts = [{ part: "source", text: sourceText(status, t) },
+    { part: "engine", text: engineText(status, t), ...(plan ? { title: plan } : {}) },
     { part: "data-parallel", text: dataParallelText(status.data_parallel, t) }, { part: "model", text: status.model || "" }];
   if (record) {
     parts.push({ part: "step", text: t.short("status.step", { step: record.step }) },
@@ -112,6 +114,7 @@ export function showHeader(doc, status, record, t, link) {
       const span = doc.createElement("span");
       span.className = `bs-status-${p.part}`;
       span.textContent = p.text;
+      if (p.title) span.title = p.title;
       for (const [k, v] of Object.entries(p.data || {})) span.dataset[k] = String(v);
       // the separator keeps to the part before it: a wrapped line never starts with "·"
       return i ? [doc.createTextNode("\u00a0· "), span] : [span];

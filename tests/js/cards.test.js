@@ -93,3 +93,11 @@ test("replay controls act on this page's viewer only", async () => {
   await bar.control("step");
   assert.deepEqual(calls, [["/replay/seek?viewer=v+1&value=150", "POST"], ["/replay/step?viewer=v+1", "POST"]]);
 });
+
+test("header: the engine part names the execution plan on hover", () => {
+  const plan = "cpu float32: linears c-kernel, attention cpu, fused layers";
+  const parts = statusParts({ source: "live", engine: { name: "batchscope", version: "0.2.0", plan } }, null, t());
+  assert.equal(parts.find((p) => p.part === "engine").title, plan);
+  const bare = statusParts({ source: "live", engine: { name: "batchscope", version: "0.2.0" } }, null, t());
+  assert.equal(bare.find((p) => p.part === "engine").title, undefined);
+});

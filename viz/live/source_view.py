@@ -38,7 +38,8 @@ class SourceView:
     def status(self) -> dict:
         info = self.info()
         return {"source": self.kind, "model": info.model,
-                "engine": {"name": info.engine, "version": info.engine_version},
+                "engine": {"name": info.engine, "version": info.engine_version,
+                           "plan": (info.trace_header.get("plan") or {}).get("summary")},
                 "counts": {"pending": self.pending(), **self.source.counts()},
                 **self.source.status()}
 
