@@ -37,11 +37,16 @@ class SourceView:
 
     def status(self) -> dict:
         info = self.info()
-        return {"source": self.kind, "model": info.model,
-                "engine": {"name": info.engine, "version": info.engine_version,
-                           "plan": (info.trace_header.get("plan") or {}).get("summary")},
+        return {"source": self.kind, "model": info.model, "engine": self._engine(info),
                 "counts": {"pending": self.pending(), **self.source.counts()},
                 **self.source.status()}
+
+    @staticmethod
+    def _engine(info: SourceInfo) -> dict:
+        """Name and version; the CPU plan's summary where the engine has one (ours)."""
+        plan = info.trace_header.get("plan")
+        return {"name": info.engine, "version": info.engine_version,
+                **({"plan": plan["summary"]} if plan else {})}
 
     def meta(self) -> dict:
         info = self.info()
