@@ -63,7 +63,6 @@ class LLMEngine:
         self.step_index = 0
         self._ids = itertools.count()
         self._pending = _Pending()
-        self._fault: Exception | None = None
 
     # ---- requests ------------------------------------------------------------------------
     def make_request(self, prompt: Prompt | Prepared, params: SamplingParams | None = None,
@@ -116,10 +115,6 @@ class LLMEngine:
     def has_unreported_aborts(self) -> bool:
         return bool(self._pending.aborted)
 
-    def inject_fault(self, error: Exception) -> None:
-        """Test hook: the next step's forward pass raises ``error``."""
-        self._fault = error
-
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> StepResult:
         """One iteration: schedule, pack and run the step, then its outputs and its record."""
@@ -141,9 +136,6 @@ class LLMEngine:
         if not packed.num_segments:
             return SampledStep.empty(0), None
         try:
-            if self._fault is not None:
-                fault, self._fault = self._fault, None
-                raise fault
             return self.runner.execute(packed, timer), None
         except Exception as exc:  # one bad step must not kill the engine
             log.exception("step %d failed", self.step_index)

@@ -14,6 +14,7 @@ from serve.limits import ApiLimits
 from serve.openai_api import install_api
 
 from api_server import api_url, running_llm
+from support.faults import fail_next_forward
 
 COMPLETIONS = "/v1/completions"
 TIMEOUT = httpx.Timeout(30.0)
@@ -109,7 +110,7 @@ def test_a_failed_step_fails_only_its_requests_and_the_next_ones_succeed(url, ll
         in_step = [client.completions.create(model="default", prompt="a", max_tokens=5, stream=True),
                    stream(http, max_tokens=5)]
         waiting = stream(http, max_tokens=5)
-        llm.engine.inject_fault(RuntimeError("boom"))
+        fail_next_forward(llm, RuntimeError("boom"))
         llm.resume()
         with pytest.raises(openai.APIError, match="RuntimeError: boom"):
             list(in_step[0])
@@ -118,7 +119,7 @@ def test_a_failed_step_fails_only_its_requests_and_the_next_ones_succeed(url, ll
     assert failed["type"] == "server_error" and "boom" in failed["message"]
     assert survivor[-1] == "[DONE]" and json.loads(survivor[-2])["choices"][0]["finish_reason"] == "length"
 
-    llm.engine.inject_fault(MemoryError("out of memory"))  # the next step is this request's alone
+    fail_next_forward(llm, MemoryError("out of memory"))  # the next step is this request's alone
     response = httpx.post(f"{url}{COMPLETIONS}", json={"prompt": "b", "max_tokens": 5}, timeout=TIMEOUT)
     assert response.status_code == 500
     error = response.json()["error"]

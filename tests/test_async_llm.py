@@ -8,6 +8,8 @@ import pytest
 from engine import AsyncLLM, SamplingParams
 from engine.telemetry import validate_record
 
+from support.faults import fail_next_forward
+
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
@@ -79,7 +81,7 @@ def test_pause_step_resume(llm):
 
 
 def test_fault_fails_only_that_step(llm):
-    llm.engine.inject_fault(RuntimeError("injected"))
+    fail_next_forward(llm, RuntimeError("injected"))
     failed = llm.add_request([3, 4], SamplingParams(max_tokens=3)).collect()
     assert failed.finish_reason == "error" and "injected" in failed.error
     ok = llm.add_request([3, 4], SamplingParams(max_tokens=3, ignore_eos=True)).collect()

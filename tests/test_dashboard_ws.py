@@ -1,5 +1,6 @@
 """The dashboard server end to end over its websocket (``websockets`` client, tiny model)."""
 import asyncio
+import threading
 import urllib.request
 
 import pytest
@@ -46,9 +47,13 @@ def test_frames_carry_valid_records_of_the_fired_requests(dashboard_server):
                             for e in m["events"] if e.get("finished")}
 
     async def watch():
-        owner_view = asyncio.create_task(ws_messages(server.url, all_finished, 90, VISITOR))
-        stranger_view = asyncio.create_task(ws_messages(server.url, all_finished, 90))
-        await asyncio.sleep(0.5)  # both viewers are connected before the shot
+        connected = {"owner": threading.Event(), "stranger": threading.Event()}  # snapshot received
+        owner_view = asyncio.create_task(
+            ws_messages(server.url, all_finished, 90, VISITOR, action=connected["owner"].set))
+        stranger_view = asyncio.create_task(
+            ws_messages(server.url, all_finished, 90, action=connected["stranger"].set))
+        both = await asyncio.to_thread(lambda: all(e.wait(30) for e in connected.values()))
+        assert both, "both viewers are connected before the shot"
         await asyncio.to_thread(app.state.firing.fire, planned, owner)
         return await owner_view, await stranger_view
 

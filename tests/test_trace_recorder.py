@@ -1,13 +1,11 @@
 """Recorder: the whole run for the operator, one visitor's text only for the Record toggle."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from viz.live.hub import TelemetryHub
 from viz.live.privacy import HIDDEN_TOKEN
-from viz.traces.recording import Recorder
+from viz.traces.recording import RUN, Recorder
 from viz.traces.trace import load_trace
 
 
@@ -77,12 +75,9 @@ def test_app_record_flag_writes_the_whole_run_until_shutdown(tiny_model_dir, tmp
     args = dashboard.build_parser().parse_args(
         ["--model", tiny_model_dir, "--num-kv-blocks", "64", "--record", str(path)])
     app, llm, _ = dashboard.create_app(args)
+    assert path.exists() and app.state.recorder.recording == [RUN]  # subscribed before loading
     with BackgroundServer(app):
         llm.wait_ready(120)
-        deadline = time.monotonic() + 30
-        while not path.exists() and time.monotonic() < deadline:  # created once loaded,
-            time.sleep(0.05)
-        time.sleep(0.2)  # and subscribed to the engine right after
         llm.add_request("hello there", SamplingParams(max_tokens=3, ignore_eos=True)).collect()
     trace = load_trace(path)  # complete: the shutdown wrote the end line
     assert trace.header["text"] == "full" and len(trace.records) >= 3
