@@ -19,6 +19,12 @@ compiler and the CPU, and links the OpenMP runtime torch already loaded, so both
 thread pool. Without a compiler (or on a build error) ``load()`` returns None and the engine
 keeps torch's ops, saying why once; with ``BATCHSCOPE_REQUIRE_KERNELS=1`` (CI) it raises instead.
 The sources build with GCC 11 and later, and clang (vec.h's SHUFFLE).
+
+The interface is checked, not trusted: ``csrc/batchscope.h`` declares every export and every struct
+that crosses it; at load the library's ABI version and its table of struct sizes, field offsets and
+constants (``csrc/interface.c``) must equal what the ctypes mirrors below give, or the library is
+refused (an ``InterfaceError``: a silent mismatch would read the wrong fields); the wrappers check
+dtype, device, layout and sizes before passing a tensor's address to C.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import ctypes
 import functools
 import hashlib
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -70,6 +77,37 @@ RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linea
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)
+ABI_VERSION = 1  # batchscope.h's BS_ABI_VERSION
+MAX_HEADS, MAX_DIM = 128, 256  # query heads and head dim paged attention holds (BS_MAX_HEADS, BS_MAX_DIM)
+LINEAR_KERNELS = {"fp32": 0, "widen": 1, "pairs": 2, "amx": 3}  # a fused layer's linear kernel (LINEAR_*)
+
+
+class LinearDesc(ctypes.Structure):  # batchscope.h's structs, checked against the library at load
+    _fields_ = [("weight", P), ("bias", P), ("out", I64), ("in_", I64)]
+
+
+class LayerDesc(ctypes.Structure):
+    _fields_ = [("qkv", LinearDesc), ("o", LinearDesc), ("gate_up", LinearDesc), ("down", LinearDesc),
+                ("norm1", P), ("norm2", P), ("eps", F32), ("kernel", INT), ("heads", INT), ("kv_heads", INT),
+                ("dim", INT)]
+
+
+class StepDesc(ctypes.Structure):
+    _fields_ = [("rows", I64), ("cos", P), ("sin", P), ("slots", P), ("row_start", P), ("row_count", P),
+                ("num_cached", P), ("tables", P), ("table_stride", I64), ("segments", INT), ("block_size", INT),
+                ("max_keys", INT), ("invariant", INT), ("bf16_cache", INT), ("threads", INT), ("scale", F32),
+                ("h", P), ("qkv", P), ("attn", P), ("gate_up", P), ("act", P), ("delta", P)]
+
+
+class InterfaceFact(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", I64)]
+
+
+MIRRORED = (LinearDesc, LayerDesc, StepDesc)
+
+
+class InterfaceError(RuntimeError):
+    """The built library and this module disagree on the C interface."""
 
 
 def cache_dir() -> Path:
@@ -118,9 +156,14 @@ def built() -> ctypes.CDLL | None:
     try:
         if not target.exists():
             build(compiler, [f for f in files if f.suffix == ".c"], target)
-        return open_library(target)
+        library = open_library(target)
     except (OSError, subprocess.SubprocessError) as exc:
         return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
+    try:
+        check_interface(library)
+    except InterfaceError as exc:
+        return _without_kernels(str(exc))
+    return library
 
 
 def _without_kernels(why: str) -> None:
@@ -142,6 +185,41 @@ def open_library(path: Path) -> ctypes.CDLL:
     return library
 
 
+def c_interface(library: ctypes.CDLL) -> dict[str, int]:
+    """The library's own account of its structs and constants (csrc/interface.c)."""
+    library.bs_interface.argtypes = [ctypes.POINTER(INT)]
+    library.bs_interface.restype = ctypes.POINTER(InterfaceFact)
+    count = INT()
+    facts = library.bs_interface(ctypes.byref(count))
+    return {facts[i].name.decode(): facts[i].value for i in range(count.value)}
+
+
+def python_interface() -> dict[str, int]:
+    """The same table from this module: the ctypes mirrors' layouts and the constants it uses."""
+    facts = {"BS_MAX_HEADS": MAX_HEADS, "BS_MAX_DIM": MAX_DIM}
+    facts |= {f"LINEAR_{name.upper()}": value for name, value in LINEAR_KERNELS.items()}
+    for struct in MIRRORED:
+        facts[f"sizeof({struct.__name__})"] = ctypes.sizeof(struct)
+        for field, _ in struct._fields_:
+            member, name = getattr(struct, field), field.rstrip("_")  # (``in_``: ``in`` in C)
+            facts[f"offsetof({struct.__name__}, {name})"] = member.offset
+            facts[f"sizeof({struct.__name__}.{name})"] = member.size
+    return facts
+
+
+def check_interface(library: ctypes.CDLL) -> None:
+    """Refuse a library whose ABI version or layouts differ from this module's (InterfaceError)."""
+    library.bs_abi_version.restype = INT
+    if (version := library.bs_abi_version()) != ABI_VERSION:
+        raise InterfaceError(f"the CPU kernels' ABI version is {version}, engine/cpu_kernels.py expects {ABI_VERSION}")
+    c, mirrored = c_interface(library), python_interface()
+    differ = [f"{name}: C {c.get(name)}, ctypes {mirrored.get(name)}" for name in sorted(c.keys() | mirrored.keys())
+              if c.get(name) != mirrored.get(name)]
+    if differ:
+        raise InterfaceError("the CPU kernels' structs differ from their ctypes mirrors (csrc/batchscope.h, "
+                             "engine/cpu_kernels.py): " + "; ".join(differ))
+
+
 def build(compiler: str, sources: list[Path], target: Path) -> None:
     """Compile into a temporary file, then move it in place (concurrent builders are safe)."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -152,17 +230,49 @@ def build(compiler: str, sources: list[Path], target: Path) -> None:
         os.replace(built, target)
 
 
+def _fp32_on_cpu(name: str, tensor: torch.Tensor) -> None:
+    if tensor.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32 for the CPU kernels, got {tensor.dtype}")
+    if not tensor.is_cpu:
+        raise ValueError(f"{name} must be on the CPU for the CPU kernels, got {tensor.device}")
+
+
+def _operand(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
+    """Refuse a tensor a kernel cannot read as ``shape`` fp32 values in the CPU's memory, row after row
+    (the rows, then the size of the whole; a kernel reads the address it is given, whatever is there)."""
+    if tensor.dtype == torch.float32 and tensor.is_cpu and tensor.is_contiguous() and tensor.shape == shape:
+        return  # (the usual case first, in ~1 us: the unfused layers check ~9 tensors a layer)
+    _fp32_on_cpu(name, tensor)
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous for the CPU kernels, got strides {tensor.stride()}")
+    if tensor.dim() == 0 or tensor.shape[0] != shape[0] or tensor.numel() != math.prod(shape):
+        raise ValueError(f"{name} must be {list(shape)} for the CPU kernels, got {list(tensor.shape)}")
+
+
+def _whole_vectors(name: str, size: int, lanes: int = 16) -> None:
+    if size % lanes:
+        raise ValueError(f"the CPU kernels take {name} in whole vectors: a multiple of {lanes}, got {size}")
+
+
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``x += delta`` in place (unless None), then RMSNorm of ``x`` with ``weight`` (a new tensor)."""
+    rows, hidden = x.shape
+    _operand("x", x, (rows, hidden))
+    if delta is not None:
+        _operand("delta", delta, (rows, hidden))
+    _operand("weight", weight, (hidden,))
+    _whole_vectors("hidden", hidden)
     out = torch.empty_like(x)
     load().bs_add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(),
-                           out.data_ptr(), x.shape[0], x.shape[1], eps, torch.get_num_threads())
+                           out.data_ptr(), rows, hidden, eps, torch.get_num_threads())
     return out
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """``silu(gate) * up`` of a fused ``[rows, 2 * intermediate]`` projection."""
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    _operand("gate_up", gate_up, (rows, 2 * inter))
+    _whole_vectors("intermediate", inter)
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
     load().bs_silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, inter, torch.get_num_threads())
     return out
@@ -172,6 +282,12 @@ def rotary(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """Rotary embedding in place on ``qk [rows, heads, dim]`` (a row-strided view with contiguous
     heads), with ``cos`` and signed ``sin`` whose memory is ``[rows, dim]``."""
     rows, heads, dim = qk.shape
+    _fp32_on_cpu("qk", qk)
+    if qk.stride(2) != 1 or qk.stride(1) != dim:
+        raise ValueError(f"qk's heads must be contiguous for the CPU kernels, got strides {qk.stride()}")
+    _operand("cos", cos, (rows, dim))
+    _operand("sin", sin, (rows, dim))
+    _whole_vectors("half the head dim", dim // 2)
     load().bs_rotary(qk.data_ptr(), qk.stride(0), rows, heads, dim, cos.data_ptr(), sin.data_ptr(),
                      torch.get_num_threads())
 

@@ -52,5 +52,6 @@ def read_plan(model: torch.nn.Module, backend_name: str, device: torch.device, d
     first = model.layers[0]
     return ExecutionPlan(
         device=device.type, dtype=str(dtype).removeprefix("torch."), linear=linear_kind(model),
-        attention=backend_name, fused_layers=getattr(model, "fused_layers", None) is not None,
+        attention=backend_name,
+        fused_layers=getattr(model, "fused_layers", None) is not None and backend_name == "cpu",  # (llama.py)
         fused_ops=bool(getattr(first.mlp, "fused", False)), cuda_graphs=cuda_graphs)

@@ -1,9 +1,16 @@
 """The CPU kernels' build as CI must see it: a C source that does not compile is an error under
 ``BATCHSCOPE_REQUIRE_KERNELS=1`` (not a silent fallback to torch's ops that only makes CI slower),
-and the sources build with the oldest GCC the project supports (GCC 11, Ubuntu 22.04's)."""
+and the sources build with the oldest GCC the project supports (GCC 11, Ubuntu 22.04's). And the C
+interface is one header (csrc/batchscope.h) that agrees with Python: its prototypes with
+cpu_kernels.SIGNATURES, the library's struct layouts and constants with the ctypes mirrors (a
+library that differs is refused at load)."""
 from __future__ import annotations
 
+import ctypes
+import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -39,3 +46,82 @@ def test_the_kernels_build_with_gcc_11(tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path))
     monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
     assert cpu_kernels.built.__wrapped__() is not None
+
+
+HEADER = cpu_kernels.SOURCES / "batchscope.h"
+C_TYPES = {"int": ctypes.c_int.__name__, "int64_t": ctypes.c_int64.__name__, "float": ctypes.c_float.__name__,
+           "void": None}
+
+
+def header_prototypes() -> dict[str, tuple[str | None, list[str]]]:
+    """name -> (return ctype, argument ctypes) of every function batchscope.h declares."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    found = {}
+    for match in re.finditer(r"^([\w ]+?\**)\s*(bs_\w+)\(([^)]*)\);", text, re.M):
+        ret, name, args = match.groups()
+        params = [] if args.strip() == "void" else [a.strip() for a in args.split(",")]
+        found[name] = (_ctype(ret, "*" in ret), [_ctype(p.rsplit(" ", 1)[0], "*" in p) for p in params])
+    return found
+
+
+def _ctype(type_name: str, pointer: bool) -> str | None:
+    return ctypes.c_void_p.__name__ if pointer else C_TYPES[type_name.split()[-1]]
+
+
+def test_every_function_python_calls_is_declared_alike_in_the_one_header():
+    declared = header_prototypes()
+    for name, argtypes in cpu_kernels.SIGNATURES.items():
+        restype = ctypes.c_int if name in cpu_kernels.RETURNS_INT else (
+            ctypes.c_int64 if name in cpu_kernels.RETURNS_I64 else None)
+        expected = (None if restype is None else restype.__name__, [t.__name__ for t in argtypes])
+        assert declared.get(name) == expected, name
+
+
+def test_no_c_file_declares_another_files_functions():
+    """batchscope.h declares every export; a .c file re-declaring one could drift from it."""
+    for source in cpu_kernels.SOURCES.glob("*.c"):
+        text = re.sub(r"/\*.*?\*/", "", source.read_text(), flags=re.S)
+        assert not re.findall(r"^[A-Za-z_][\w ]*\**\s*\bbs_\w+\([^{;]*\);", text, re.M), source.name
+        assert '#include "batchscope.h"' in text, source.name
+
+
+@pytest.mark.parametrize("targets", [(), ("-mamx-tile", "-mamx-bf16", "-mavx512bf16", "-mavx512f")])
+def test_every_exported_function_has_its_prototype_in_the_header(targets):
+    """Built with -Werror=missing-prototypes (here, and with the AMX branches compiled in)."""
+    compiler = os.environ.get("CC") or shutil.which("gcc")
+    sources = sorted(map(str, cpu_kernels.SOURCES.glob("*.c")))
+    run = subprocess.run([compiler, *cpu_kernels.FLAGS, *targets, "-fsyntax-only", "-Werror=missing-prototypes",
+                          *sources], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_library_and_ctypes_agree_on_every_struct_field_and_constant():
+    library = cpu_kernels.load()
+    assert cpu_kernels.c_interface(library) == cpu_kernels.python_interface()
+    assert "offsetof(StepDesc, scale)" in cpu_kernels.python_interface()
+
+
+def test_a_library_whose_structs_differ_is_refused(monkeypatch):
+    class Shifted(ctypes.Structure):  # StepDesc with `scale` moved up one place
+        _fields_ = [*cpu_kernels.StepDesc._fields_[:14], ("scale", ctypes.c_float),
+                    *cpu_kernels.StepDesc._fields_[14:15], *cpu_kernels.StepDesc._fields_[16:]]
+    Shifted.__name__ = "StepDesc"
+    monkeypatch.setattr(cpu_kernels, "MIRRORED", (*cpu_kernels.MIRRORED[:-1], Shifted))
+    with pytest.raises(cpu_kernels.InterfaceError, match=r"offsetof\(StepDesc, scale\): C \d+, ctypes \d+"):
+        cpu_kernels.check_interface(cpu_kernels.load())
+
+
+def test_a_library_of_another_abi_version_is_refused(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "ABI_VERSION", cpu_kernels.ABI_VERSION + 1)
+    with pytest.raises(cpu_kernels.InterfaceError, match="ABI version"):
+        cpu_kernels.check_interface(cpu_kernels.load())
+
+
+def test_a_library_that_fails_the_check_is_not_used(monkeypatch, caplog):
+    """Refused like a failed build: torch's ops with a warning, or an error where kernels are required."""
+    monkeypatch.setattr(cpu_kernels, "ABI_VERSION", cpu_kernels.ABI_VERSION + 1)
+    monkeypatch.delenv(cpu_kernels.REQUIRE_KERNELS, raising=False)
+    assert cpu_kernels.built.__wrapped__() is None and "ABI version" in caplog.text
+    monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
+    with pytest.raises(RuntimeError, match="BATCHSCOPE_REQUIRE_KERNELS=1 and the CPU kernels' ABI version is 1"):
+        cpu_kernels.built.__wrapped__()

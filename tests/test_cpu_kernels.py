@@ -222,3 +222,59 @@ def test_using_swaps_the_library_the_kernels_run_on_for_a_block():
     with cpu_kernels.using(other):
         assert cpu_kernels.load() is other
     assert cpu_kernels.load() is built
+
+
+def rows_of(*shape, dtype=torch.float32, device="cpu"):
+    return torch.zeros(*shape, dtype=dtype, device=device)
+
+
+WRAPPER_CASES = [
+    (lambda: cpu_kernels.add_rms_norm(rows_of(4, 64, dtype=torch.float64), None, rows_of(64), 1e-5), TypeError,
+     "x must be float32"),
+    (lambda: cpu_kernels.add_rms_norm(rows_of(64, 4).t(), None, rows_of(64), 1e-5), ValueError, "x must be contiguous"),
+    (lambda: cpu_kernels.add_rms_norm(rows_of(4, 64), rows_of(4, 64, device="meta"), rows_of(64), 1e-5), ValueError,
+     "delta must be on the CPU"),
+    (lambda: cpu_kernels.add_rms_norm(rows_of(4, 64), rows_of(3, 64), rows_of(64), 1e-5), ValueError,
+     r"delta must be \[4, 64\]"),
+    (lambda: cpu_kernels.add_rms_norm(rows_of(4, 60), None, rows_of(60), 1e-5), ValueError, "a multiple of 16"),
+    (lambda: cpu_kernels.silu_mul(rows_of(4, 64, dtype=torch.bfloat16)), TypeError, "gate_up must be float32"),
+    (lambda: cpu_kernels.silu_mul(rows_of(4, 128)[:, :64]), ValueError, "gate_up must be contiguous"),
+    (lambda: cpu_kernels.rotary(rows_of(4, 2, 64, dtype=torch.float64), rows_of(4, 64), rows_of(4, 64)), TypeError,
+     "qk must be float32"),
+    (lambda: cpu_kernels.rotary(rows_of(4, 64, 2).transpose(1, 2), rows_of(4, 64), rows_of(4, 64)), ValueError,
+     "qk's heads must be contiguous"),
+    (lambda: cpu_kernels.rotary(rows_of(4, 2, 64), rows_of(64, 4).t(), rows_of(4, 64)), ValueError,
+     "cos must be contiguous"),
+    (lambda: cpu_kernels.rotary(rows_of(4, 2, 64), rows_of(4, 64), rows_of(3, 64)), ValueError,
+     r"sin must be \[4, 64\]"),
+]
+
+
+@pytest.mark.parametrize("call, error, said", WRAPPER_CASES, ids=[f"case{i}" for i in range(len(WRAPPER_CASES))])
+def test_the_wrappers_refuse_tensors_the_kernels_cannot_read(call, error, said):
+    """A wrong dtype, device, layout or size is an error here, not a read of the wrong memory in C."""
+    with pytest.raises(error, match=said):
+        call()
+
+
+def test_more_query_heads_than_the_kernel_holds_are_refused_when_the_backend_is_chosen():
+    backend = make_backend("cpu", BLOCK)
+    assert backend.unsupported(cpu_kernels.MAX_HEADS, 8, 64, torch.float32) is None
+    why = backend.unsupported(cpu_kernels.MAX_HEADS + 8, 8, 64, torch.float32)
+    assert why == "136 query heads, more than the kernel's 128"
+
+
+def test_a_model_with_more_heads_than_the_kernel_holds_runs_on_torchs_attention(tmp_path, caplog):
+    """Refused at load with the reason logged, not failing every step."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from engine import LLM, SamplingParams
+
+    config = LlamaConfig(vocab_size=128, hidden_size=272, intermediate_size=128, num_hidden_layers=1, head_dim=16,
+                         num_attention_heads=136, num_key_value_heads=17, tie_word_embeddings=True)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    llm = LLM(str(tmp_path), device="cpu", num_kv_blocks=16)
+    assert llm.engine.runner.backend.name == "torch" and llm.engine.loaded.model.fused_layers is None
+    assert (llm.engine.runner.plan.attention, llm.engine.runner.plan.fused_layers) == ("torch", False)
+    assert "136 query heads, more than the kernel's 128): using 'torch'" in caplog.text
+    assert llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))[0].token_ids

@@ -53,7 +53,9 @@ class CpuKernelBackend(AttentionBackend):
             return "the kernel did not build here (no C compiler?)"
         if self.block_size & (self.block_size - 1):
             return f"block_size {self.block_size} is not a power of two"
-        if head_dim % 16 or head_dim > 256 or heads % kv_heads or heads // kv_heads > 16:
+        if heads > cpu_kernels.MAX_HEADS:
+            return f"{heads} query heads, more than the kernel's {cpu_kernels.MAX_HEADS}"
+        if head_dim % 16 or head_dim > cpu_kernels.MAX_DIM or heads % kv_heads or heads // kv_heads > 16:
             return f"{heads} query heads over {kv_heads} kv heads of dim {head_dim}"
         if dtype not in (torch.float32, torch.bfloat16):
             return f"dtype {dtype}"

@@ -5,9 +5,8 @@
 #define BATCHSCOPE_AMX_H
 #include <immintrin.h>
 
+#include "batchscope.h"
 #include "vec.h"
-
-int bs_amx_available(void);
 
 /* LDTILECFG's 64-byte operand (palette 1). */
 typedef struct {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
+#include "batchscope.h"
 #include "vec.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
@@ -166,7 +166,7 @@ static void attend_block(const Args *c, const Lane *l, const Scratch *sc, int he
                          l->first_row + r0, head);
 }
 
-/* attention.h; 0, or -2 out of memory. */
+/* batchscope.h; 0, or -2 out of memory. */
 int bs_prefill_attention_amx(const Args *a, const int32_t *segments, int count, const int32_t *row_start,
                              const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
                              int64_t table_stride, int max_keys, int num_threads) {

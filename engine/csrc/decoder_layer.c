@@ -11,58 +11,15 @@
  * 32-column panel); the step's scratch rows are the caller's.
  */
 #include <stddef.h>
-#include <stdint.h>
 
+#include "batchscope.h"
 
-void bs_add_rms_norm(float *x, const float *delta, const float *weight, float *out, int64_t rows, int64_t hidden,
-                     float eps, int num_threads);
-void bs_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter, int num_threads);
-void bs_rotary(float *qk, int64_t row_stride, int64_t rows, int heads, int dim, const float *cos, const float *sin,
-               int num_threads);
-void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, const float *bias, float *out,
-               int64_t m, int64_t n, int64_t k, int num_threads);
-int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
-                         int64_t m, int64_t n, int64_t k, int num_threads);
-int bs_linear_amx(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
-                  int64_t m, int64_t n, int64_t k, int num_threads);
-int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new, int64_t v_stride, const int64_t *slots,
-                       int64_t rows, const float *q, int64_t q_stride, float *out, void *k_cache, void *v_cache, int bf16,
-                       const int32_t *row_start, const int32_t *row_count, const int32_t *num_cached,
-                       const int32_t *tables, int64_t table_stride, int num_segments, int heads, int kv_heads, int dim,
-                       int block_size, float scale, int max_keys, int invariant, int num_threads);
-
-enum { FP32 = 0, BF16_WIDEN = 1, BF16_PAIRS = 2, BF16_AMX = 3 };  /* cpu_kernels.LINEAR_KERNELS */
-
-typedef struct {
-    const void *weight;  /* packed */
-    const float *bias;   /* NULL, or as long as the packed outputs */
-    int64_t out, in;
-} Linear;
-
-typedef struct {
-    Linear qkv, o, gate_up, down;
-    const float *norm1, *norm2;
-    float eps;
-    int kernel, heads, kv_heads, dim;
-} Layer;
-
-typedef struct {
-    int64_t rows;
-    const float *cos, *sin;  /* rotary rows [rows, dim] (sin signed) */
-    const int64_t *slots;
-    const int32_t *row_start, *row_count, *num_cached, *tables;
-    int64_t table_stride;
-    int segments, block_size, max_keys, invariant, bf16_cache, threads;
-    float scale;
-    float *h, *qkv, *attn, *gate_up, *act, *delta;  /* scratch: [rows, hidden / qkv / q / 2 inter / inter / hidden] */
-} Step;
-
-static int linear(const Layer *l, const Linear *w, const float *x, float *out, const Step *s) {
+static int linear(const LayerDesc *l, const LinearDesc *w, const float *x, float *out, const StepDesc *s) {
     switch (l->kernel) {
-    case BF16_AMX: return bs_linear_amx(x, w->in, w->weight, w->bias, out, s->rows, w->out, w->in, s->threads);
-    case BF16_PAIRS: return bs_linear_bf16_pairs(x, w->in, w->weight, w->bias, out, s->rows, w->out, w->in, s->threads);
+    case LINEAR_AMX: return bs_linear_amx(x, w->in, w->weight, w->bias, out, s->rows, w->out, w->in, s->threads);
+    case LINEAR_PAIRS: return bs_linear_bf16_pairs(x, w->in, w->weight, w->bias, out, s->rows, w->out, w->in, s->threads);
     default:
-        bs_linear(x, w->in, w->weight, l->kernel == BF16_WIDEN, w->bias, out, s->rows, w->out, w->in, s->threads);
+        bs_linear(x, w->in, w->weight, l->kernel == LINEAR_WIDEN, w->bias, out, s->rows, w->out, w->in, s->threads);
         return 0;
     }
 }
@@ -72,7 +29,7 @@ static void add(float *x, const float *delta, int64_t count) {
 }
 
 /* One layer on the residual rows x [rows, hidden] (updated in place); 0, or a kernel's status. */
-int bs_decoder_layer(const Layer *l, const Step *s, float *x, void *k_cache, void *v_cache) {
+int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache) {
     const int64_t hidden = l->o.out, q_size = (int64_t)l->heads * l->dim, kv_size = (int64_t)l->kv_heads * l->dim;
     const int64_t stride = l->qkv.out, rows = s->rows;
     int status;

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 
+#include "batchscope.h"
 #include "vec.h"
 
 /* x += delta (when delta is not NULL), then out = weight * (x * (1 / sqrt(mean(x^2) + eps))).

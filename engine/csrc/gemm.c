@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 
+#include "batchscope.h"
 #include "vec.h"
 
 #define PANEL 32

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batchscope.h"
 #include "vec.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)

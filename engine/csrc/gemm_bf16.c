@@ -9,6 +9,7 @@
  */
 #include <stdlib.h>
 
+#include "batchscope.h"
 #include "vec.h"
 
 #if defined(__AVX512BF16__)

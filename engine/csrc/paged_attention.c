@@ -17,11 +17,8 @@
  */
 #include <stdlib.h>
 
-#include "attention.h"
+#include "batchscope.h"
 #include "vec.h"
-
-#define MAX_HEADS 128
-#define MAX_DIM 256
 
 /* A thread's scratch: the row's scaled queries and accumulators (heads x dim), and each head's
  * scores (then weights) for every key, heads x stride. */
@@ -120,7 +117,7 @@ static inline __attribute__((always_inline)) void attend(const Args *a, const in
                                                          int64_t pos, Scratch *sc, int bf16) {
     const int chunks = a->dim / LANES;
     const int64_t nkeys = pos + 1;
-    float max[MAX_HEADS], inv[MAX_HEADS];
+    float max[BS_MAX_HEADS], inv[BS_MAX_HEADS];
     for (int hq = 0; hq < a->heads; hq++) {
         const float *qp = a->q + row * a->q_stride + (int64_t)hq * a->dim;
         for (int c = 0; c < chunks; c++) sc->q[hq * chunks + c] = load(qp + c * LANES) * a->scale;
@@ -171,7 +168,7 @@ static inline __attribute__((always_inline)) void score_rows(const Args *a, cons
     for (; j < nkeys; j += KEY_STEP) {
         int n = nkeys - j < KEY_STEP ? (int)(nkeys - j) : KEY_STEP;
         vf acc[KEY_STEP];
-        float key[KEY_STEP][MAX_DIM] __attribute__((aligned(64)));
+        float key[KEY_STEP][BS_MAX_DIM] __attribute__((aligned(64)));
         for (int k = 0; k < KEY_STEP; k++) {  /* a short last group: zeros past its keys, never stored */
             int64_t at = k < n ? key_offset(a, table, j + k) + head : 0;
             for (int c = 0; c < a->dim / LANES; c++)
@@ -242,7 +239,6 @@ static void attend_rows_bf16(const Args *a, const int32_t *t, int64_t row0, int 
     attend_rows(a, t, row0, rows, pos0, sc, 1);
 }
 
-int bs_amx_available(void);
 #define AMX_MIN_ROWS 16
 
 /* Whether segment s goes to the AMX prefill kernel (attention_amx.c) instead of this file's paths. */
@@ -301,7 +297,7 @@ int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new,
                        const int32_t *row_start, const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
                        int64_t table_stride, int num_segments, int heads, int kv_heads, int dim,
                        int block_size, float scale, int max_keys, int invariant, int num_threads) {
-    if (dim % LANES || dim > MAX_DIM || heads % kv_heads || heads > MAX_HEADS) return -1;
+    if (dim % LANES || dim > BS_MAX_DIM || heads % kv_heads || heads > BS_MAX_HEADS) return -1;
     if (block_size < 1 || block_size & (block_size - 1)) return -1;  /* a power of two */
     write_kv(k_new, k_stride, v_new, v_stride, slots, rows, k_cache, v_cache, bf16, (int64_t)kv_heads * dim, num_threads);
     Args a = {q, q_stride, out, k_cache, v_cache, heads, kv_heads, dim, block_size, scale};
@@ -325,7 +321,7 @@ int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new,
 #pragma omp parallel num_threads(num_threads)
     {
         const int64_t vectors = (int64_t)heads * (dim / LANES), stride = max_keys + LANES;
-        const int64_t q_vectors = vectors > MAX_DIM ? vectors : MAX_DIM;  /* also the transposed queries */
+        const int64_t q_vectors = vectors > BS_MAX_DIM ? vectors : BS_MAX_DIM;  /* also the transposed queries */
         const int64_t score_floats = (int64_t)heads * stride > LANES * stride ? (int64_t)heads * stride : LANES * stride;
         Scratch sc = {aligned_alloc(64, sizeof(vf) * q_vectors), aligned_alloc(64, sizeof(vf) * vectors),
                       aligned_alloc(64, sizeof(float) * ((score_floats + LANES - 1) / LANES * LANES)), stride};

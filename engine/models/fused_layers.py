@@ -18,27 +18,8 @@ import ctypes
 import torch
 
 from .. import cpu_kernels
+from ..cpu_kernels import LayerDesc, LinearDesc, StepDesc  # (checked against the C structs at load)
 from .prepacked import KernelLinear
-
-P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-LINEAR_KERNELS = {"fp32": 0, "widen": 1, "pairs": 2, "amx": 3}  # decoder_layer.c's enum
-
-
-class LinearDesc(ctypes.Structure):
-    _fields_ = [("weight", P), ("bias", P), ("out", I64), ("in_", I64)]
-
-
-class LayerDesc(ctypes.Structure):
-    _fields_ = [("qkv", LinearDesc), ("o", LinearDesc), ("gate_up", LinearDesc), ("down", LinearDesc),
-                ("norm1", P), ("norm2", P), ("eps", F32), ("kernel", INT), ("heads", INT), ("kv_heads", INT),
-                ("dim", INT)]
-
-
-class StepDesc(ctypes.Structure):
-    _fields_ = [("rows", I64), ("cos", P), ("sin", P), ("slots", P), ("row_start", P), ("row_count", P),
-                ("num_cached", P), ("tables", P), ("table_stride", I64), ("segments", INT), ("block_size", INT),
-                ("max_keys", INT), ("invariant", INT), ("bf16_cache", INT), ("threads", INT), ("scale", F32),
-                ("h", P), ("qkv", P), ("attn", P), ("gate_up", P), ("act", P), ("delta", P)]
 
 
 def _linear(module) -> LinearDesc | None:
@@ -49,7 +30,7 @@ def _linear(module) -> LinearDesc | None:
 
 
 def _kernel(weight: torch.Tensor) -> int:
-    return LINEAR_KERNELS["fp32" if weight.dtype == torch.float32 else cpu_kernels.bf16_kernel()]
+    return cpu_kernels.LINEAR_KERNELS["fp32" if weight.dtype == torch.float32 else cpu_kernels.bf16_kernel()]
 
 
 def layer_desc(layer) -> LayerDesc | None:
@@ -57,7 +38,8 @@ def layer_desc(layer) -> LayerDesc | None:
     attn, mlp = layer.self_attn, layer.mlp
     linears = [_linear(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
     norms = (layer.input_layernorm.fused_weight, layer.post_attention_layernorm.fused_weight)
-    if None in linears or None in norms or attn.qk_norm or not (attn.fused_rotary and mlp.fused):
+    if None in linears or None in norms or attn.qk_norm or not (attn.fused_rotary and mlp.fused) \
+            or attn.num_heads > cpu_kernels.MAX_HEADS:  # (the model runner then picks torch's attention)
         return None
     return LayerDesc(*linears, norms[0].data_ptr(), norms[1].data_ptr(), layer.input_layernorm.eps,
                      _kernel(attn.qkv_proj.packed), attn.num_heads, attn.num_kv_heads, attn.head_dim)
