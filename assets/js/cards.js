@@ -7,12 +7,14 @@ import { addSolo, fillSolo, offersSoloCheck } from "./solo.js";
 export const MAX_CARDS = 40;
 const LONG_PROMPT_CHARS = 240, LONG_PROMPT_LINES = 3;
 
-// What one card shows, as plain strings (pure; tested in node).
-export function cardView(entry, t) {
+// What one card shows, as plain strings (pure; tested in node). ``status``: the hub's (its counts
+// say why a request in the engine's queue waits).
+export function cardView(entry, t, status = null) {
   const visible = !!entry.visible;
   const prompt = visible ? entry.label || entry.prompt || "" : t("card.hidden_prompt");
   return {
-    state: entry.status || "pending", badge: badge(entry, t), metrics: metrics(entry, t), mine: !!entry.mine,
+    state: entry.status || "pending", badge: badge(entry, t), why: why(entry, t, status),
+    metrics: metrics(entry, t), mine: !!entry.mine,
     visible, prompt, longPrompt: visible && (prompt.length > LONG_PROMPT_CHARS ||
       prompt.split("\n").length > LONG_PROMPT_LINES),
     text: visible ? entry.text + (entry.error ? `\n[${t("card.error", { error: entry.error })}]` : "")
@@ -30,6 +32,24 @@ function badge(entry, t) {
     return t("state.prefilling_n", { done: p.num_computed_tokens, target: p.prefill_target });
   }
   return t(`state.${entry.status || "pending"}`);
+}
+
+// Why a waiting card waits: its place in the page's turns (viz/ui/fair_queue.py: a ``fired``
+// event's ``queue``), or the engine busy with the running ones. "" for the others.
+function why(entry, t, status) {
+  const q = entry.queue;
+  if ((entry.status || "pending") === "pending" && q) {
+    const place = { en: ordinal(q.place), zh: q.place };
+    if (!q.visitors_ahead) return t("card.in_line", { place });
+    return t(q.visitors_ahead === 1 ? "card.in_line_behind_one" : "card.in_line_behind", { place, ahead: q.visitors_ahead });
+  }
+  const running = status && status.counts ? status.counts.running : null;
+  return entry.status === "waiting" && running != null ? t("card.engine_busy", { running }) : "";
+}
+
+function ordinal(n) {
+  const suffix = n % 100 >= 11 && n % 100 <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
+  return `${n}${suffix}`;
 }
 
 function metrics(entry, t) {
@@ -54,7 +74,8 @@ export function cardOrder(requests) {
     ...entries.filter((e) => e.status === "finished").reverse()].slice(0, MAX_CARDS);
 }
 
-// Bring the cards under ``root`` in line with the state: fill the dirty ones, add, drop, order.
+// Bring the cards under ``root`` in line with the state: fill the dirty ones (and the waiting
+// ones, whose reason follows the status), add, drop, order.
 // Finished cards of Batchscope's own live engine offer the solo check (solo.js): a replay has no
 // engine, and an attached vLLM is not ours to re-run.
 export function renderCards(root, state, t, colorOf) {
@@ -65,8 +86,8 @@ export function renderCards(root, state, t, colorOf) {
     let card = existing.get(entry.request_id);
     const fresh = !card;
     if (fresh) card = makeCard(entry.request_id);
-    if (fresh || state.dirty.all || state.dirty.cards.has(entry.request_id)) {
-      fillCard(card, cardView(entry, t), colorOf(entry.request_id), t);
+    if (fresh || state.dirty.all || state.dirty.cards.has(entry.request_id) || entry.status === "waiting") {
+      fillCard(card, cardView(entry, t, state.status), colorOf(entry.request_id), t);
       fillSolo(card, entry, t, live);
     }
     if (root.children[i] !== card) root.insertBefore(card, root.children[i] || null);
@@ -109,7 +130,7 @@ function fillCard(card, view, color, t) {
   card.querySelector(".bs-rid").textContent = card.dataset.rid;
   card.querySelector(".bs-mine-badge").textContent = view.mine ? t("card.mine") : "";
   card.querySelector(".bs-state").textContent = view.badge;
-  card.querySelector(".bs-metrics").textContent = view.metrics;
+  card.querySelector(".bs-metrics").textContent = view.why ? `${view.why} · ${view.metrics}` : view.metrics;
   card.querySelector(".bs-req-prompt").textContent = view.prompt;
   const more = card.querySelector(".bs-req-more");
   more.hidden = !view.longPrompt;

@@ -76,7 +76,9 @@ function applyEvent(state, e) {
   update(state, e.request_id, (entry) => {
     const common = { color: e.color ?? entry.color, visible: !!e.visible, mine: !!e.mine,
       label: e.label ?? entry.label };
-    if (e.kind === "fired") return common;  // pending (a new entry's state) until its arrival
+    // pending (a new entry's state) until its arrival; a later ``fired`` says its place in the
+    // page's turns (viz/ui/fair_queue.py)
+    if (e.kind === "fired") return { ...common, queue: e.queue ?? entry.queue ?? null };
     if (e.kind === "arrival") {
       return { ...common, arrival: e.time, prompt: e.prompt ?? null,
         num_prompt_tokens: e.num_prompt_tokens || 0,

@@ -5,8 +5,10 @@ them all at once through the submitter (validated and counted, under the same pr
 the API, so a bad prompt fails the click, not a background thread), and hands them over from a
 background thread that keeps the arrival pattern (spacing, or "after the earlier ones are
 decoding", asked of the engine with ``wait_for``), claiming each id for the visitor in the hub
-first. The submitter is the engine behind the page: Batchscope's own, or a vLLM server reached
-through its OpenAI API (submit.py says what it does).
+first. A visitor's requests take their share (fair_queue.py: a cap on those in flight, turns
+over visitors); the presenter's, and those fired for no visitor, go straight to the engine. The
+submitter is the engine behind the page: Batchscope's own, or a vLLM server reached through its
+OpenAI API (submit.py says what it does).
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from engine.sampling_params import SamplingParams
 from engine.telemetry import RequestEvent
 
 from ..live.hub import TelemetryHub
+from .fair_queue import ENGINE_WINDOW, PAGE_MAX_IN_FLIGHT, FairShare
 from .presets import Preset, PresetLibrary, RequestSpec
-from .strings import PageError
+from .strings import PAGE, PageError
 from .submit import Submitter
 
 log = logging.getLogger(__name__)
@@ -80,37 +83,58 @@ def plan_shot(library: PresetLibrary, preset: Preset, knobs: Knobs, tokenizer,
 class Firing:
     """Submits planned shots to one engine and counts the requests still ``pending``: fired
     from the dashboard but not yet handed to the engine (a staggered arrival, "after the
-    earlier ones are decoding")."""
+    earlier ones are decoding", a visitor's turn still to come)."""
 
     def __init__(self, submitter: Submitter, hub: TelemetryHub,
-                 max_prompt_tokens: int | None = None):
+                 max_prompt_tokens: int | None = None, max_in_flight: int = PAGE_MAX_IN_FLIGHT,
+                 engine_window: int = ENGINE_WINDOW):
         """``max_prompt_tokens``: the API's limit (``--api-max-prompt-tokens``), so that both
-        paths refuse the same prompts with the same message."""
+        paths refuse the same prompts with the same message; ``max_in_flight`` and
+        ``engine_window``: each visitor's share (fair_queue.py)."""
         self.submitter = submitter
         self.hub = hub
         self.max_prompt_tokens = max_prompt_tokens
+        self.share = FairShare(submitter, self._hand_over, hub.publish_event, max_in_flight,
+                               engine_window)
         self._pending = 0
         self._lock = threading.Lock()
 
     def pending(self) -> int:
         return self._pending
 
-    def fire(self, planned: list[PlannedRequest], owner: str | None) -> list[str]:
-        """Validate every request now (ValueError, PageError), then submit them in the
-        background."""
+    def fire(self, planned: list[PlannedRequest], owner: str | None,
+             presenter: bool = False) -> list[str]:
+        """Validate every request now (ValueError, PageError), keep what fits the visitor's
+        share (PageError when nothing does; a warning when not all), then submit them in the
+        background. The presenter, and a shot for no visitor, are not counted."""
         self.submitter.check_ready()
         prepared = [replace(item, prepared=self.submitter.prepare(item, self.max_prompt_tokens))
                     for item in planned]
+        shared = owner if owner is not None and not presenter else None
+        if shared is not None:
+            prepared = self._admitted(shared, prepared)
         self._count(len(prepared))
         for item in prepared:
             self.hub.fired(item.request_id, owner, item.label)
-        thread = threading.Thread(target=self.submit, args=(prepared,),
+        thread = threading.Thread(target=self.submit, args=(prepared, shared),
                                   name="batchscope-fire", daemon=True)
         thread.start()
-        return [item.request_id for item in planned]
+        return [item.request_id for item in prepared]
 
-    def submit(self, planned: list[PlannedRequest]) -> None:
-        """Hand each prepared request to the engine at its time (on the shot's thread)."""
+    def _admitted(self, owner: str, prepared: list[PlannedRequest]) -> list[PlannedRequest]:
+        cap = self.share.max_in_flight
+        fits = self.share.admit(owner, prepared)
+        if not fits:
+            raise PageError("fire_cap_full", cap=cap)
+        if len(fits) < len(prepared):
+            import gradio as gr  # a warning on the visitor's page (a Python warning outside one)
+            gr.Warning(PAGE.both("fire_capped", fired=len(fits), asked=len(prepared), cap=cap,
+                                 rest=len(prepared) - len(fits)))
+        return fits
+
+    def submit(self, planned: list[PlannedRequest], owner: str | None = None) -> None:
+        """Hand each prepared request to the engine at its time (on the shot's thread), or to
+        ``owner``'s turns."""
         started = time.monotonic()
         submitted: list[str] = []
         for item in planned:
@@ -119,7 +143,10 @@ class Firing:
                                         AFTER_DECODING_TIMEOUT_S)
             elif (wait := started + item.delay_s - time.monotonic()) > 0:
                 time.sleep(wait)
-            if self._hand_over(item):
+            if owner is not None:
+                self.share.put(owner, item)
+                submitted.append(item.request_id)
+            elif self._hand_over(item):
                 submitted.append(item.request_id)
 
     def _hand_over(self, item: PlannedRequest) -> bool:

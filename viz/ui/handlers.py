@@ -48,12 +48,15 @@ class DashboardHandlers:
                 chosen.spacing_ms)
 
     def fire(self, preset_id: str, text: str, count: float, max_tokens: float,
-             temperature: float, spacing_ms: float, request: gr.Request) -> str:
+             temperature: float, spacing_ms: float, key: str | None = None,
+             request: gr.Request = None) -> str:
+        """Fire a shot for this visitor; the presenter (a key set and entered) is not capped."""
         knobs = Knobs(int(count), int(max_tokens), float(temperature), float(spacing_ms))
+        presenter = self.access.key is not None and self.access.allows(key)
         try:
             planned = plan_shot(self.library, self.library.presets[preset_id], knobs,
                                 self.firing.submitter.tokenizer, text or "")
-            ids = self.firing.fire(planned, self.owner(request))
+            ids = self.firing.fire(planned, self.owner(request), presenter)
         except (ValueError, RuntimeError, PageError) as exc:
             gr.Warning(self.strings.both("not_fired", reason=exc))
             return self.strings.both("not_fired", reason=exc)

@@ -86,7 +86,7 @@ def _wire(demo: gr.Blocks, handlers: DashboardHandlers, firing: FiringControls,
     """Every listener of the page, in one place."""
     key, status = presenter.key, presenter.status
     firing.preset.change(handlers.preset, firing.preset, [firing.about, *firing.knobs()])
-    firing.fire.click(handlers.fire, [firing.preset, firing.prompt, *firing.knobs()],
+    firing.fire.click(handlers.fire, [firing.preset, firing.prompt, *firing.knobs(), key],
                       firing.status, concurrency_limit=FIRE_CONCURRENCY, api_name="fire")
     if (steer := presenter.steering) is not None:
         steer.pause.click(handlers.pause, key, status, api_name="pause")
