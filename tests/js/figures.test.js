@@ -45,13 +45,12 @@ test("token layout: the zoom strip is the same rows on [0, num_rows], labelled a
   }
 });
 
-test("token layout: the history draws each step's segments on the budget's scale, whole steps on x", () => {
+test("token layout: the history draws each step's segments, whole steps on x", () => {
   for (const history of [windows[0], windows[100]]) {
     const figure = tokenLayout(history, view({ records: history }));
     const drawn = role(figure, "history").flatMap((t) => t.x.map((step, k) => [step, t.base[k], t.y[k]]));
     const expected = history.flatMap((r) => r.segments.map((s) => [r.step, s.row_start, s.num_rows]));
     assert.deepEqual(drawn.sort(), expected.sort());
-    assert.equal(figure.layout.yaxis2.range[1], Math.max(...history.map((r) => r.token_budget)));
   }
   const one = tokenLayout([records[0]], view({ records: [records[0]] })).layout.xaxis2;
   assert.deepEqual([one.autorange, one.range, one.tickmode, one.dtick, one.tickformat], [true, undefined, "linear", 1, "d"]);
@@ -229,4 +228,42 @@ test("block tables: the pool legend adds up and says which cached blocks are fre
     const both = blockTables([record], view({ records: [record], width: 440, lang: "both" })).layout.xaxis2.title.text;
     assert.ok(!plainText(both).includes("…"), both);
   }
+});
+
+const integerTicks = (ax) => ax.tickformat === "d" && ax.tickmode === "linear" && Number.isInteger(ax.dtick) && ax.dtick >= 1;
+
+test("token layout: the history is on its window's own rows (headroom, not the budget), integer ticks, budget line when near", () => {
+  for (const history of windows) {
+    const record = history.at(-1), most = Math.max(...history.map((r) => r.num_rows));
+    const { layout } = tokenLayout(history, view({ records: history }));
+    const [, top] = layout.yaxis2.range;
+    assert.ok(top >= most && top <= Math.max(Math.ceil(most * 1.15), Math.ceil(record.token_budget * 1.08), 1), `step ${record.step}: ${top}`);
+    assert.ok(integerTicks(layout.yaxis2) && integerTicks(layout.xaxis), `step ${record.step}`);
+    const line = (layout.shapes || []).find((s) => s.name === "budget");
+    assert.equal(Boolean(line), record.token_budget <= top, `step ${record.step}`);
+    if (line) assert.ok(layout.annotations.some((a) => a.name === "budget" && plainText(a.text) === `budget ${record.token_budget}`));
+    assert.deepEqual(layout.xaxis.range, [0, record.token_budget]);  // the strip stays on the budget's scale
+  }
+  const decodes = windows.find((w) => w.every((r) => r.num_rows <= 6));
+  assert.ok(tokenLayout(decodes, view({ records: decodes })).layout.yaxis2.range[1] <= 7);
+});
+
+test("timing: rows on the window's own range, a spike clipped and marked with its true value, integer ticks", () => {
+  for (const history of windows) {
+    const figure = timing(history, view({ records: history })), ax = figure.layout.yaxis2;
+    assert.ok(integerTicks(ax), `step ${history.at(-1).step}`);
+    const [rows] = role(figure, "rows"), [padded] = role(figure, "padded"), clipped = role(figure, "clipped");
+    assert.ok([...rows.y, ...padded.y].every((y) => y <= ax.range[1]));
+    const over = history.filter((r) => Math.max(r.num_rows, r.padded_rows) > ax.range[1]);
+    assert.deepEqual(clipped.flatMap((c) => c.x), over.map((r) => r.step));
+    if (over.length) assert.ok(clipped[0].text.includes(`▲${Math.max(...over.map((r) => r.padded_rows))}`));
+    assert.deepEqual(rows.customdata, history.map((r) => r.num_rows));
+  }
+  const spiky = windows.find((w) => w.some((r) => r.padded_rows === 186) && w.filter((r) => r.num_rows <= 6).length > 36);
+  const figure = timing(spiky, view({ records: spiky }));
+  assert.ok(figure.layout.yaxis2.range[1] < 30 && role(figure, "clipped").length, String(figure.layout.yaxis2.range));
+  const ones = windows.at(-1).slice(-15);
+  assert.ok(ones.every((r) => r.num_rows === 1));
+  const axOne = timing(ones, view({ records: ones })).layout.yaxis2;
+  assert.equal(axOne.dtick, 1);  // "0, 1, 2", never "0, 1, 1"
 });

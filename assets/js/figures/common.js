@@ -97,3 +97,37 @@ export function stepAxis(first, last, plotWidth, extra) {
   for (const d of [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]) { dtick = d; if (span / d <= most) break; }
   return axis({ autorange: true, tickmode: "linear", tick0: 0, dtick, tickformat: "d", ...extra });
 }
+
+const HEADROOM = 1.15, JUST_ABOVE = 1.3, SPIKE = 4;
+
+// The y scale of a count chart (rows): [0, top] on the data's own range with headroom; a spike
+// (above SPIKE x the values' 90th percentile) is clipped at ``cap`` (null: none); the budget is
+// shown (as a line) when it lies within or just above the data. ``clip`` false: no clipping.
+export function countScale(values, budget, clip = true) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const p90 = sorted.length ? sorted[Math.floor(0.9 * (sorted.length - 1))] : 0;
+  const spikeAt = clip ? SPIKE * Math.max(p90, 1) : Infinity;
+  const kept = sorted.filter((v) => v <= spikeAt);
+  const clipped = kept.length < sorted.length;
+  let top = Math.max(1, Math.ceil(Math.max(1, ...kept) * HEADROOM));
+  const showBudget = budget > 0 && budget <= top * JUST_ABOVE && !(clipped && budget > top);
+  if (showBudget) top = Math.max(top, Math.ceil(budget * 1.08));
+  return { top, cap: clipped ? top : null, budget: showBudget ? budget : null };
+}
+
+// A count axis (rows, tokens) on [0, top]: whole-number ticks only (never "0, 1, 1"), at most ``ticks``.
+export function countAxis(top, ticks, extra) {
+  let dtick = 1;
+  for (const d of [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000]) { dtick = d; if (top / d <= ticks) break; }
+  return axis({ range: [0, top], tickmode: "linear", tick0: 0, dtick, tickformat: "d", ...extra });
+}
+
+// The budget as a dashed line across a count chart (x: ``xaxis``, y: ``yaxis``), labelled "budget N".
+export function budgetLine(budget, { xaxis, yaxis }, t) {
+  if (budget === null) return { shapes: [], annotations: [] };
+  const line = { type: "line", xref: `${xaxis} domain`, yref: yaxis, x0: 0, x1: 1, y0: budget, y1: budget,
+    line: { color: THEME.accent, width: 1, dash: "dash" }, name: "budget" };
+  const label = { xref: `${xaxis} domain`, yref: yaxis, x: 1, y: budget, xanchor: "right", yanchor: "bottom",
+    showarrow: false, name: "budget", font: { size: 11, color: THEME.accent }, text: esc(t("chart.budget_line", { budget })) };
+  return { shapes: [line], annotations: [label] };
+}

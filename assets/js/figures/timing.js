@@ -1,6 +1,6 @@
 // 4. Timing: each step's phase times (the source's phases, colours from the server), rows per
 // step against the rows a padded batch would need, and generated tokens per second.
-import { axis, baseLayout, emptyFigure, esc, LINE_PX, stepAxis, THEME } from "./common.js";
+import { axis, baseLayout, budgetLine, countAxis, countScale, emptyFigure, esc, LINE_PX, stepAxis, THEME } from "./common.js";
 import { fitParts, shorten, textWidth } from "../text_fit.js";
 
 const MARGIN = { l: 56, r: 56 };
@@ -12,13 +12,16 @@ export function timing(records, view) {
   const t = view.t, steps = records.map((r) => r.step);
   const throughput = tokensPerSecond(records);
   const phases = phaseBars(records, view);
-  const data = [...phases, rowBars(records, t), paddedLine(records, t), throughputLine(records, throughput, t)];
+  const scale = countScale(records.flatMap((r) => [r.num_rows, r.padded_rows]), view.shown.record.token_budget);
+  const data = [...phases, rowBars(records, t, scale.cap), paddedLine(records, t, scale.cap), throughputLine(records, throughput, t),
+    ...clippedMarks(records, scale.cap)];
   const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
   const stats = fitParts(statsParts(records, view.shown.record, throughput, t), { width: plotWidth, size: 12, maxLines: 3 });
   const margin = { ...MARGIN, t: legendLines(phases.map((d) => d.name), plotWidth) * 19 + 6,
     b: LINE_PX + 10 + stats.lines * 16 };
   const panels = domains(view.size.height - margin.t - margin.b);
   const first = Math.min(...steps), last = Math.max(...steps);
+  const budget = budgetLine(scale.budget, { xaxis: "x2", yaxis: "y2" }, t);
   const yTitle = (key, extra) => ({ text: shorten(t.short(key), panels.px, 12), font: { size: 12, ...extra } });
   return { ids: [...new Set(records.flatMap((r) => r.segments.map((s) => s.request_id)))], data,
     layout: baseLayout(view, {
@@ -29,11 +32,10 @@ export function timing(records, view) {
       yaxis: axis({ domain: panels.top, title: yTitle("timing.ms"), rangemode: "tozero", nticks: panels.ticks }),
       xaxis2: stepAxis(first, last, plotWidth, { anchor: "y2",
         title: { text: stats.text, standoff: 4, font: { size: 12 } } }),
-      yaxis2: axis({ domain: panels.bottom, title: yTitle("timing.rows"), rangemode: "tozero", tickformat: "d",
-        nticks: panels.ticks }),
+      yaxis2: countAxis(scale.top, panels.ticks, { domain: panels.bottom, title: yTitle("timing.rows") }),
       yaxis3: axis({ overlaying: "y2", side: "right", showgrid: false, rangemode: "tozero",
         title: yTitle("timing.tps", { color: THEME.accent }), tickfont: { color: THEME.accent }, nticks: panels.ticks }),
-      annotations: [rowsKey(t, panels.bottom[1], plotWidth)],
+      shapes: budget.shapes, annotations: [rowsKey(t, panels.bottom[1], plotWidth), ...budget.annotations],
     }) };
 }
 
@@ -71,17 +73,36 @@ function phaseBars(records, view) {
   return bars;
 }
 
-function rowBars(records, t) {
-  return { type: "bar", name: esc(t("timing.rows")), x: records.map((r) => r.step), y: records.map((r) => r.num_rows),
-    xaxis: "x2", yaxis: "y2", marker: { color: THEME.rows }, meta: { role: "rows" }, showlegend: false,
-    hovertemplate: `${esc(t("hover.rows_step", { step: "%{x}", rows: "%{y}" }))}<extra></extra>` };
+const clipAt = (value, cap) => (cap === null ? value : Math.min(value, cap));
+
+const peak = (r) => Math.max(r.num_rows, r.padded_rows);
+
+// Where a spike was clipped at ``cap``: a mark at the cap on each, the highest's true value written
+// (side by side, the labels would overlap), every one's in its hover (rows / padded rows).
+function clippedMarks(records, cap) {
+  const spikes = cap === null ? [] : records.filter((r) => peak(r) > cap);
+  if (!spikes.length) return [];
+  const top = Math.max(...spikes.map(peak));
+  return [{ type: "scatter", mode: "markers+text", x: spikes.map((r) => r.step), y: spikes.map(() => cap),
+    text: spikes.map((r) => (peak(r) === top ? `▲${top}` : "")), textposition: "bottom center",
+    textfont: { size: 10, color: THEME.text }, cliponaxis: false, xaxis: "x2", yaxis: "y2", showlegend: false,
+    marker: { symbol: "triangle-up", size: 8, color: PADDED_COLOR }, meta: { role: "clipped" },
+    customdata: spikes.map((r) => [r.num_rows, r.padded_rows]), name: "clipped",
+    hovertemplate: "%{x}: %{customdata[0]} / %{customdata[1]}<extra></extra>" }];
 }
 
-function paddedLine(records, t) {
+function rowBars(records, t, cap) {
+  return { type: "bar", name: esc(t("timing.rows")), x: records.map((r) => r.step), y: records.map((r) => clipAt(r.num_rows, cap)),
+    customdata: records.map((r) => r.num_rows),
+    xaxis: "x2", yaxis: "y2", marker: { color: THEME.rows }, meta: { role: "rows" }, showlegend: false,
+    hovertemplate: `${esc(t("hover.rows_step", { step: "%{x}", rows: "%{customdata}" }))}<extra></extra>` };
+}
+
+function paddedLine(records, t, cap) {
   return { type: "scatter", mode: "lines+markers", name: esc(t("timing.padded")), x: records.map((r) => r.step),
-    y: records.map((r) => r.padded_rows), xaxis: "x2", yaxis: "y2", meta: { role: "padded" }, showlegend: false,
+    y: records.map((r) => clipAt(r.padded_rows, cap)), customdata: records.map((r) => r.padded_rows), xaxis: "x2", yaxis: "y2", meta: { role: "padded" }, showlegend: false,
     line: { color: PADDED_COLOR, dash: "dot", width: 1.5 }, marker: { size: 4 },
-    hovertemplate: `${esc(t("hover.padded", { step: "%{x}", rows: "%{y}" }))}<extra></extra>` };
+    hovertemplate: `${esc(t("hover.padded", { step: "%{x}", rows: "%{customdata}" }))}<extra></extra>` };
 }
 
 function throughputLine(records, throughput, t) {

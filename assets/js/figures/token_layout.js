@@ -4,7 +4,7 @@
 // Segments are drawn in the record's row order; a line above the strips says so when that is the
 // scheduler's order rather than the one the model runner packed (source.row_order). "This step"
 // is the shown one (shown_step.js); the history has every step, marked by rank (step_marks.js).
-import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
+import { axis, axisTitle, baseLayout, budgetLine, colorOf, countAxis, countScale, emptyFigure, esc, isPrefill, kindText, rowsText, segmentMarker,
   stepAxis, THEME, titleAnnotation } from "./common.js";
 import { MARK_PX, markTraces, stepMarks } from "./step_marks.js";
 import { rankOf } from "../shown_step.js";
@@ -28,7 +28,10 @@ export function tokenLayout(records, view) {
   const note = rowOrderNote(record, view);
   const plotHeight = view.size.height - margin.t - margin.b;
   const geometry = stripGeometry(plotHeight, note ? 1 : 0);
-  const lift = (MARK_PX * full) / Math.max(1, geometry.history[1] * plotHeight);
+  const historyPx = Math.max(1, geometry.history[1] * plotHeight);
+  const scale = countScale(records.map((r) => r.num_rows), record.token_budget, false);  // its own range, not the budget's
+  const lift = (MARK_PX * scale.top) / historyPx;
+  const budget = budgetLine(scale.budget, { xaxis: "x2", yaxis: "y2" }, view.t);
   const data = [
     ...stripBars(record, view, "x", "y", "rows"), unusedBar(record, view),
     ...stripBars(record, view, "x3", "y3", "zoom"), ...historyBars(records, view), ...markTraces(marks, view, lift),
@@ -36,8 +39,8 @@ export function tokenLayout(records, view) {
   const steps = records.map((r) => r.step);
   return { ids: record.segments.map((s) => s.request_id), data, layout: baseLayout(view, {
     barmode: "overlay", margin, uniformtext: { mode: "hide", minsize: 9 },
-    xaxis: axis({ range: [0, full], anchor: "y", showgrid: false, zeroline: false, tickfont: { size: 10 },
-      ticks: "outside", fixedrange: true }),
+    xaxis: countAxis(full, Math.max(2, Math.floor(plotWidth / 48)), { anchor: "y", showgrid: false, zeroline: false,
+      tickfont: { size: 10 }, ticks: "outside", fixedrange: true }),
     yaxis: stripAxis(geometry.budget),
     xaxis3: axis({ range: [0, Math.max(1, record.num_rows)], anchor: "y3", showgrid: false,
       zeroline: false, tickfont: { size: 10 }, ticks: "outside", tickformat: "d", fixedrange: true,
@@ -45,9 +48,11 @@ export function tokenLayout(records, view) {
     yaxis3: stripAxis(geometry.zoom),
     xaxis2: stepAxis(Math.min(...steps), Math.max(...steps), plotWidth,
       { anchor: "y2", title: { ...historyTitle, standoff: 4 } }),
-    yaxis2: axis({ domain: geometry.history, range: [0, full], title: { text: view.t.short("layout.history_y"),
-      font: { size: 12 } }, tickformat: "d" }),
-    annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth), ...noteLine(note, geometry, plotWidth)],
+    yaxis2: countAxis(scale.top, Math.max(2, Math.floor(historyPx / 28)), { domain: geometry.history,
+      title: { text: view.t.short("layout.history_y"), font: { size: 12 } } }),
+    shapes: budget.shapes,
+    annotations: [annotation, ...stripLabels(record, view, geometry, plotWidth), ...noteLine(note, geometry, plotWidth),
+      ...budget.annotations],
   }) };
 }
 
