@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 from .config import EngineConfig
-from .engine_loop import RECONFIGURABLE, EngineLoop
+from .engine_loop import EngineLoop
 from .fanout import Fanout
 from .info import ModelInfo, model_info, source_info
 from .llm_engine import LLMEngine
@@ -29,12 +29,11 @@ from .solo_check import RunLog, SoloChecker, SoloReport
 class AsyncLLM:
     def __init__(self, model: str = "default", **config):
         self.model = model
-        self.config = EngineConfig.from_kwargs(**config)
         self._board = RequestStatusBoard()
         self._runs = RunLog()
         self._fanout = Fanout(self._board, on_deltas=self._runs.take)
         self._solo = SoloChecker(self, self._runs)
-        self._loop = EngineLoop(model, self.config, self._fanout)
+        self._loop = EngineLoop(model, EngineConfig.from_kwargs(**config), self._fanout)
         self._model_info: ModelInfo | None = None
 
     # ---- state -----------------------------------------------------------------------------
@@ -47,6 +46,13 @@ class AsyncLLM:
     def error(self) -> str | None:
         """The load error or the cause of death, else None."""
         return self._loop.error
+
+    @property
+    def config(self) -> EngineConfig:
+        """The engine's config as it is now (resolved once loaded; a reconfigure replaces it):
+        frozen, so safe to read from any thread."""
+        engine = self._loop.engine
+        return engine.config if engine is not None else self._loop.config
 
     @property
     def engine(self) -> LLMEngine | None:
@@ -167,15 +173,11 @@ class AsyncLLM:
             raise ValueError(f"min step interval must be in [0, 10] seconds, got {seconds}")
         self._loop.set_min_step_interval(seconds)
 
-    def reconfigure(self, **changes) -> None:
-        """Change policy / token budget / chunked prefill / batch invariance; applied before the
-        next step."""
-        unknown = sorted(set(changes) - set(RECONFIGURABLE))
-        if unknown:
-            raise ValueError(f"reconfigure: cannot change {unknown}; allowed: {RECONFIGURABLE}")
-        current = {name: getattr(self.config, name) for name in RECONFIGURABLE}
-        EngineConfig.from_kwargs(**{**current, **changes})  # validates
-        if changes.get("batch_invariant") and self.config.attention_backend != "cpu":
-            raise ValueError("batch_invariant needs the CPU kernels; this engine runs attention_backend="
-                             f"{self.config.attention_backend!r}")
+    def reconfigure(self, **changes) -> dict[str, tuple]:
+        """Change policy / token budget / chunked prefill / batch invariance from the next step
+        on. Validated here (ValueError); returns what changes, ``{name: (before, after)}``, a
+        budget raised so that a whole prompt fits one step included."""
+        engine = self._loop.engine
+        _, changed = (engine.reconfigured if engine is not None else self.config.reconfigured)(**changes)
         self._loop.command("reconfigure", changes)
+        return changed

@@ -1,22 +1,46 @@
-"""EngineConfig: every knob of the engine, validated once, resolved per device."""
+"""EngineConfig: every knob of the engine, validated once, resolved per device.
+
+Frozen: an engine's config is replaced, never edited, so a reader on another thread (the
+dashboard, the API) always sees one consistent config. Resolving it for a device and a model
+gives a new config; so does a reconfiguration between steps (``reconfigured``), which also says
+what it changed. What a step needs of it that may change between steps travels to the step
+explicitly (``StepSettings``: the scheduler's policy, budget and chunking, the kernels' batch
+invariance). Nothing rewrites a caller's setting silently: a setting that cannot hold is an
+error, and the one adjustment made (a budget too small for a whole prompt without chunked
+prefill) is logged and reported.
+"""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, fields
+import logging
+from dataclasses import dataclass, fields, replace
 
 import torch
+
+log = logging.getLogger(__name__)
 
 POLICIES = ("mixed", "prefill_first")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FLASH_ATTN_BLOCK = 256
 MAX_AUTO_BLOCKS = 2048  # the default pool's cap: the per-block telemetry stays small
+RECONFIGURABLE = ("policy", "max_num_batched_tokens", "enable_chunked_prefill", "batch_invariant")
 
 
 def flash_attn_available() -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
 
 
-@dataclass
+@dataclass(frozen=True)
+class StepSettings:
+    """What may change between steps (the presenter's controls), handed to each step."""
+
+    policy: str
+    token_budget: int
+    chunked_prefill: bool
+    batch_invariant: bool
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Engine settings. ``None`` means "choose for this device/model" (see ``resolve``)."""
 
@@ -74,50 +98,75 @@ class EngineConfig:
         if self.attention_backend == "cpu" and self.device == "cuda":
             raise ValueError("attention_backend='cpu' runs on the CPU only, got device='cuda'")
 
-    def resolve_device(self) -> None:
-        """Fill ``device``, ``dtype`` and ``attention_backend`` when they are ``auto``."""
-        if self.device == "auto":
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.dtype == "auto":
-            self.dtype = "bfloat16" if self.device == "cuda" else "float32"
-        if self.attention_backend == "auto":
-            use_fa = self.device == "cuda" and flash_attn_available()
-            self.attention_backend = "flash_attn" if use_fa else "torch" if self.device == "cuda" else "cpu"
-        elif self.attention_backend == "cpu" and self.device != "cpu":
-            raise ValueError(f"attention_backend='cpu' runs on the CPU only, got device={self.device!r}")
-        if self.cuda_graphs is None:
-            self.cuda_graphs = self.device == "cuda"
-        elif self.cuda_graphs and self.device != "cuda":
-            raise ValueError(f"cuda_graphs=True needs device='cuda', got device={self.device!r}")
-        if self.batch_invariant and self.device != "cpu":
-            raise ValueError(f"batch_invariant=True needs device='cpu', got device={self.device!r}")
+    def for_device(self) -> EngineConfig:
+        """This config with ``device``, ``dtype``, ``attention_backend`` and ``cuda_graphs``
+        chosen where they are ``auto`` / None."""
+        device = self.device if self.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = self.dtype if self.dtype != "auto" else "bfloat16" if device == "cuda" else "float32"
+        backend = self.attention_backend
+        if backend == "auto":
+            backend = "cpu" if device == "cpu" else "flash_attn" if flash_attn_available() else "torch"
+        elif backend == "cpu" and device != "cpu":
+            raise ValueError(f"attention_backend='cpu' runs on the CPU only, got device={device!r}")
+        graphs = device == "cuda" if self.cuda_graphs is None else self.cuda_graphs
+        if graphs and device != "cuda":
+            raise ValueError(f"cuda_graphs=True needs device='cuda', got device={device!r}")
+        if self.batch_invariant and device != "cpu":
+            raise ValueError(f"batch_invariant=True needs device='cpu', got device={device!r}")
+        return replace(self, device=device, dtype=dtype, attention_backend=backend, cuda_graphs=graphs)
 
-    def resolve_sizes(self, model_max_len: int, bytes_per_token: int) -> None:
-        """Fill block size, model length and pool size from the model's shapes."""
-        if self.block_size is None:
-            self.block_size = FLASH_ATTN_BLOCK if self.attention_backend == "flash_attn" else 16
-        if self.max_model_len is None:
-            self.max_model_len = min(model_max_len, 4096)
-        elif self.max_model_len > model_max_len:
-            raise ValueError(
-                f"max_model_len={self.max_model_len} exceeds the model's limit {model_max_len}"
-            )
-        self.ensure_whole_prompts_fit()
-        if self.num_kv_blocks is None:
-            default_gb = 4.0 if self.device == "cuda" else 0.5
-            budget = int((self.kv_cache_memory_gb or default_gb) * 2**30)
-            by_memory = budget // (bytes_per_token * self.block_size)
-            # Enough for every sequence at full length; with the default memory also few enough
-            # that the per-block telemetry (KV pool map) stays small. Memory asked for explicitly
-            # (serving, benchmarks) is honoured.
-            by_use = -(-self.max_num_seqs * self.max_model_len // self.block_size)
-            cap = MAX_AUTO_BLOCKS if self.kv_cache_memory_gb is None else by_use
-            self.num_kv_blocks = max(min(by_memory, by_use, cap), 1)
+    def for_model(self, model_max_len: int, bytes_per_token: int) -> EngineConfig:
+        """This config (resolved for its device) with block size, model length and pool size
+        chosen from the model's shapes where they are None."""
+        block_size = self.block_size or (FLASH_ATTN_BLOCK if self.attention_backend == "flash_attn" else 16)
+        max_model_len = self.max_model_len or min(model_max_len, 4096)
+        if max_model_len > model_max_len:
+            raise ValueError(f"max_model_len={max_model_len} exceeds the model's limit {model_max_len}")
+        sized = replace(self, block_size=block_size, max_model_len=max_model_len)
+        sized = replace(sized, num_kv_blocks=self.num_kv_blocks or sized._pool_blocks(bytes_per_token))
+        budget = sized.whole_prompt_budget()
+        if budget != self.max_num_batched_tokens:
+            log.warning("max_num_batched_tokens %d raised to %d: without chunked prefill a whole prompt "
+                        "(up to max_model_len) must fit one step", self.max_num_batched_tokens, budget)
+        return replace(sized, max_num_batched_tokens=budget)
 
-    def ensure_whole_prompts_fit(self) -> None:
-        """Without chunked prefill a whole prompt must fit one step's token budget."""
+    def _pool_blocks(self, bytes_per_token: int) -> int:
+        """Enough blocks for every sequence at full length; with the default memory also few
+        enough that the per-block telemetry (KV pool map) stays small. Memory asked for
+        explicitly (serving, benchmarks) is honoured."""
+        default_gb = 4.0 if self.device == "cuda" else 0.5
+        budget = int((self.kv_cache_memory_gb or default_gb) * 2**30)
+        by_memory = budget // (bytes_per_token * self.block_size)
+        by_use = -(-self.max_num_seqs * self.max_model_len // self.block_size)
+        cap = MAX_AUTO_BLOCKS if self.kv_cache_memory_gb is None else by_use
+        return max(min(by_memory, by_use, cap), 1)
+
+    def whole_prompt_budget(self) -> int:
+        """The token budget this config runs with: without chunked prefill a whole prompt must
+        fit one step, so a smaller budget is raised to ``max_model_len``."""
+        if self.max_model_len is None:  # (not resolved for a model yet)
+            return self.max_num_batched_tokens
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            self.max_num_batched_tokens = self.max_model_len
+            return self.max_model_len
+        return self.max_num_batched_tokens
+
+    def reconfigured(self, **changes) -> tuple[EngineConfig, dict[str, tuple]]:
+        """A new config with ``changes`` (RECONFIGURABLE settings only, validated) and what
+        changed, ``{name: (before, after)}``, the budget raised to fit a whole prompt included."""
+        unknown = sorted(set(changes) - set(RECONFIGURABLE))
+        if unknown:
+            raise ValueError(f"reconfigure: cannot change {unknown}; allowed: {RECONFIGURABLE}")
+        new = replace(self, **changes)
+        new.validate()
+        new = replace(new, max_num_batched_tokens=new.whole_prompt_budget())
+        changed = {name: (getattr(self, name), getattr(new, name)) for name in RECONFIGURABLE
+                   if getattr(self, name) != getattr(new, name)}
+        return new, changed
+
+    @property
+    def step_settings(self) -> StepSettings:
+        return StepSettings(self.policy, self.max_num_batched_tokens, self.enable_chunked_prefill,
+                            self.batch_invariant)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -25,7 +25,6 @@ from .request import Request
 from .request_stream import RequestStream
 
 log = logging.getLogger(__name__)
-RECONFIGURABLE = ("policy", "max_num_batched_tokens", "enable_chunked_prefill", "batch_invariant")
 
 
 class EngineDeadError(RuntimeError):
@@ -207,9 +206,7 @@ class EngineLoop:
             if delta is not None:
                 self.fanout.deliver([delta])
         elif kind == "reconfigure":
-            for name, value in args[0].items():
-                setattr(engine.config, name, value)
-            engine.config.ensure_whole_prompts_fit()
+            engine.reconfigure(**args[0])
 
     def _step(self, engine: LLMEngine) -> None:
         try:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
-from .config import EngineConfig
+from .config import EngineConfig, StepSettings
 from .detokenizer import IncrementalDetokenizer
 from .loader import load_model
 from .model_runner import ModelRunner
@@ -41,21 +41,22 @@ class _Pending:
 
 class LLMEngine:
     def __init__(self, model: str = "default", config: EngineConfig | None = None):
-        self.config = config or EngineConfig()
-        self.config.validate()
-        self.config.resolve_device()
-        dtype = self.config.torch_dtype
-        self.loaded = load_model(model, dtype, self.config.device)
+        asked = config or EngineConfig()
+        asked.validate()
+        device_config = asked.for_device()
+        dtype = device_config.torch_dtype
+        self.loaded = load_model(model, dtype, device_config.device)
         attn = self.loaded.model.layers[0].self_attn
         bytes_per_token = 2 * len(self.loaded.model.layers) * attn.num_kv_heads * attn.head_dim
-        self.config.resolve_sizes(self.loaded.max_positions, bytes_per_token * dtype.itemsize)
+        # (replaced, never edited: see config.py; reconfigure() swaps in a new one between steps)
+        self.config = device_config.for_model(self.loaded.max_positions, bytes_per_token * dtype.itemsize)
         self.model_name = self.loaded.name
         self.tokenizer = self.loaded.tokenizer
         self.vocab_size = self.loaded.config.vocab_size
         self.block_manager = BlockManager(
             self.config.num_kv_blocks, self.config.block_size, self.config.enable_prefix_caching
         )
-        self.scheduler = Scheduler(self.config, self.block_manager)
+        self.scheduler = Scheduler(self.block_manager, self.config.max_num_seqs)
         self.runner = ModelRunner(self.loaded, self.config)
         self.preparer = Preparer(self.tokenizer, self.vocab_size, self.config.max_model_len,
                                  self.config.block_size, self.config.num_kv_blocks)
@@ -115,28 +116,47 @@ class LLMEngine:
     def has_unreported_aborts(self) -> bool:
         return bool(self._pending.aborted)
 
+    # ---- settings between steps ----------------------------------------------------------
+    def reconfigured(self, **changes) -> tuple[EngineConfig, dict[str, tuple]]:
+        """The config ``changes`` would give and what they change (ValueError if they cannot
+        hold here); nothing is applied."""
+        config, changed = self.config.reconfigured(**changes)
+        if config.batch_invariant and self.runner.plan.attention != "cpu":
+            raise ValueError("batch_invariant needs the CPU kernels; this engine runs attention "
+                             f"{self.runner.plan.attention!r}")
+        return config, changed
+
+    def reconfigure(self, **changes) -> dict[str, tuple]:
+        """Apply ``changes`` from the next step on; what changed, ``{name: (before, after)}``."""
+        self.config, changed = self.reconfigured(**changes)
+        if changed:
+            log.info("reconfigured: %s", ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
+        return changed
+
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> StepResult:
         """One iteration: schedule, pack and run the step, then its outputs and its record."""
         t_start = time.time()
         timer = PhaseTimer(cuda=self.runner.device.type == "cuda")
         with timer.phase("schedule"):
-            sched = self.scheduler.schedule()
+            settings = self.config.step_settings  # (this step's: a reconfigure comes between steps)
+            sched = self.scheduler.schedule(settings)
         with timer.phase("prepare"):
             packed = pack(sched.scheduled)
-        samples, error = self._execute(packed, timer)
+        samples, error = self._execute(packed, timer, settings.batch_invariant)
         with timer.phase("postprocess"):
             deltas = self._postprocess(sched, samples, error)
-        record = self._record(sched, packed, samples.tokens, timer, t_start, error)
+        record = self._record(sched, packed, samples.tokens, timer, t_start, error, settings)
         self.step_index += 1
         return StepResult(deltas, record)
 
-    def _execute(self, packed: PackedStep, timer: PhaseTimer) -> tuple[SampledStep, str | None]:
+    def _execute(self, packed: PackedStep, timer: PhaseTimer,
+                 batch_invariant: bool) -> tuple[SampledStep, str | None]:
         """What each segment sampled, or the error that failed the whole step."""
         if not packed.num_segments:
             return SampledStep.empty(0), None
         try:
-            return self.runner.execute(packed, timer), None
+            return self.runner.execute(packed, timer, batch_invariant), None
         except Exception as exc:  # one bad step must not kill the engine
             log.exception("step %d failed", self.step_index)
             return SampledStep.empty(packed.num_segments), f"{type(exc).__name__}: {exc}"
@@ -184,27 +204,26 @@ class LLMEngine:
         self.requests.pop(request.request_id, None)
         self._pending.finished[request.request_id] = reason
 
-    def _source(self) -> dict:
+    def _source(self, batch_invariant: bool) -> dict:
         """The record's ``source``: the engine, and the execution plan this step ran."""
-        plan = {**self.runner.plan.to_dict(), "batch_invariant": self.config.batch_invariant}
+        plan = {**self.runner.plan.to_dict(), "batch_invariant": batch_invariant}
         return {**BATCHSCOPE_SOURCE, "plan": plan}
 
     def _record(self, sched: SchedulerOutput, packed: PackedStep, tokens: list[int | None],
-                timer: PhaseTimer, t_start: float, error: str | None) -> IterationRecord:
+                timer: PhaseTimer, t_start: float, error: str | None, settings: StepSettings) -> IterationRecord:
         pending, self._pending = self._pending, _Pending()
         ended = pending.aborted + [item.request for item in sched.scheduled if item.request.is_finished]
         durations = timer.durations_ms(PHASES)
         t_end = time.time()
         durations["total"] = round((t_end - t_start) * 1e3, 4)
-        config = self.config
         return IterationRecord(
             step=self.step_index,
             t_start=t_start,
             t_end=t_end,
             durations_ms=durations,
-            policy=config.policy,
-            token_budget=config.max_num_batched_tokens,
-            chunked_prefill=config.enable_chunked_prefill,
+            policy=settings.policy,
+            token_budget=settings.token_budget,
+            chunked_prefill=settings.chunked_prefill,
             num_rows=packed.num_rows,
             padded_rows=packed.padded_rows,
             segments=segments(packed, tokens),
@@ -220,6 +239,6 @@ class LLMEngine:
             requests=request_states([*self.requests.values(), *ended]),
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
-            source=self._source(),
+            source=self._source(settings.batch_invariant),
             error=error,
         )

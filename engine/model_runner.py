@@ -77,7 +77,7 @@ class ModelRunner:
                 self.capture_decode_graphs(cuda_capture_factory())
             except RuntimeError as exc:  # e.g. a kernel that synchronises inside the capture
                 log.warning("CUDA graph capture failed, decode steps run eagerly: %s", exc)
-                self.decode_graphs, config.cuda_graphs = None, False
+                self.decode_graphs = None
         self.plan = read_plan(self.model, self.backend.name, self.device, config.torch_dtype,
                               self.decode_graphs is not None)
         log.info("execution plan: %s", self.plan.summary())
@@ -90,7 +90,7 @@ class ModelRunner:
 
     def _backend(self, attn):
         """The configured attention backend; the CPU kernel falls back to torch's where it cannot
-        run this model (the config then says ``torch``)."""
+        run this model (logged; the execution plan says ``torch``)."""
         config = self.config
         backend = make_backend(config.attention_backend, config.block_size)
         why = backend.unsupported(attn.num_heads, attn.num_kv_heads, attn.head_dim, config.torch_dtype)
@@ -98,7 +98,6 @@ class ModelRunner:
             raise ValueError(f"batch_invariant=True needs the CPU kernels, which cannot run here: {why}")
         if why is not None:
             log.warning("attention backend %r cannot run here (%s): using 'torch'", backend.name, why)
-            config.attention_backend = "torch"
             backend = make_backend("torch", config.block_size)
         return backend
 
@@ -147,14 +146,14 @@ class ModelRunner:
         return torch.tensor(packed.token_ids, device=device), positions, layout
 
     @torch.inference_mode()
-    def execute(self, packed: PackedStep, timer: PhaseTimer) -> SampledStep:
-        """Run the step; return what each segment sampled (token None: prefill chunk)."""
+    def execute(self, packed: PackedStep, timer: PhaseTimer, batch_invariant: bool = False) -> SampledStep:
+        """Run the step; return what each segment sampled (token None: prefill chunk).
+        ``batch_invariant``: this step's (a presenter may switch it between steps)."""
         with timer.phase("prepare", device_work=True):
             input_ids, positions, layout = self.tensors(packed)
             graph = self._graph_for(packed, layout)
             if graph is None:
-                self.backend.batch_invariant = self.config.batch_invariant  # reconfigurable between steps
-                plan = self.backend.plan(layout, self.device)
+                plan = self.backend.plan(layout, self.device, batch_invariant)
                 logits_rows = torch.tensor(packed.logits_rows, dtype=torch.long, device=self.device)
         with timer.phase("forward", device_work=True):
             if graph is not None:

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
-from .config import EngineConfig
+from .config import StepSettings
 from .request import Request, RequestStatus
 
 
@@ -44,9 +44,9 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager):
-        self.config = config
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int):
         self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
@@ -57,15 +57,16 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, settings: StepSettings) -> SchedulerOutput:
+        """This step's work under ``settings`` (policy, token budget, chunked prefill)."""
         out = SchedulerOutput()
-        budget = self.config.max_num_batched_tokens
-        if self.config.policy == "mixed":
+        budget, chunked = settings.token_budget, settings.chunked_prefill
+        if settings.policy == "mixed":
             budget = self._schedule_running(out, budget, phase=None)
-            self._admit_waiting(out, budget)
+            self._admit_waiting(out, budget, chunked)
         else:
             budget = self._schedule_running(out, budget, phase="prefill")
-            self._admit_waiting(out, budget)
+            self._admit_waiting(out, budget, chunked)
             if not out.scheduled:
                 self._schedule_running(out, budget, phase="decode")
         # Decodes first, as in the article's [A:1, B:1, C:100]: their rows are contiguous.
@@ -97,11 +98,10 @@ class Scheduler:
                 return False
         return True
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, chunked: bool) -> None:
         if out.preempted:
             return  # the pool is short this step: do not take in more work
-        chunked = self.config.enable_chunked_prefill
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
             hits = self.block_manager.cached_prefix(request)
             num_new = request.num_tokens - len(hits) * self.block_manager.block_size

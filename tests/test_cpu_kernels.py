@@ -66,8 +66,8 @@ def reference(layout, tables, q, k_cache, v_cache, scale):
 
 def attend(layout, q, k, v, k_cache, v_cache, batch_invariant=False):
     backend = make_backend("cpu", BLOCK)
-    backend.batch_invariant = batch_invariant  # (the engine sets it from EngineConfig each step)
-    return backend.forward(backend.plan(layout, torch.device("cpu")), q, k, v, k_cache, v_cache, DIM**-0.5)
+    plan = backend.plan(layout, torch.device("cpu"), batch_invariant)  # (the step's setting)
+    return backend.forward(plan, q, k, v, k_cache, v_cache, DIM**-0.5)
 
 
 MIXED = [(1, 40), (1, 300), (17, 0), (5, 60), (1, 0), (33, 16), (1, 449), (100, 0), (20, 301)]
@@ -126,7 +126,8 @@ def test_an_engine_without_the_kernels_uses_the_torch_backend(tiny_model_dir, mo
 
     monkeypatch.setattr("engine.attention.cpu_backend.cpu_kernels.load", lambda: None)
     llm = LLM(tiny_model_dir, device="cpu", num_kv_blocks=32)
-    assert llm.config.attention_backend == "torch" and llm.engine.runner.backend.name == "torch"
+    assert llm.engine.runner.plan.attention == "torch" and llm.engine.runner.backend.name == "torch"
+    assert llm.config.attention_backend == "cpu"  # what was asked stays (frozen); the plan says what runs
     assert llm.generate(["hello"], SamplingParams(max_tokens=3, temperature=0))[0].token_ids
 
 

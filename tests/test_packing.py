@@ -11,9 +11,9 @@ def test_runner_tensors_and_record_share_one_layout(tiny_model_dir, monkeypatch)
     ran = []
     execute = engine.runner.execute
 
-    def spy(packed, timer):
+    def spy(packed, timer, batch_invariant):
         ran.append((packed, engine.runner.tensors(packed)))
-        return execute(packed, timer)
+        return execute(packed, timer, batch_invariant)
 
     monkeypatch.setattr(engine.runner, "execute", spy)
     kinds = set()

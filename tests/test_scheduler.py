@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from engine.block_manager import BlockManager
-from engine.config import EngineConfig
+from engine.config import EngineConfig, StepSettings
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
@@ -16,11 +16,19 @@ _first_token = itertools.count(100, 1000)  # each prompt its own token ids: no a
 
 
 def make_scheduler(budget: int = 64, blocks: int = 64, policy: str = "mixed", chunked: bool = True,
-                   prefix_caching: bool = False) -> Scheduler:
+                   prefix_caching: bool = False) -> SteppedScheduler:
     config = EngineConfig(block_size=BLOCK, num_kv_blocks=blocks, max_num_batched_tokens=budget,
                           policy=policy, enable_chunked_prefill=chunked,
                           enable_prefix_caching=prefix_caching)
-    return Scheduler(config, BlockManager(blocks, BLOCK, prefix_caching))
+    return SteppedScheduler(config.step_settings, BlockManager(blocks, BLOCK, prefix_caching), config.max_num_seqs)
+
+
+class SteppedScheduler(Scheduler):
+    """A scheduler with the settings the engine would hand each of its steps (``run_step``)."""
+
+    def __init__(self, settings: StepSettings, *args) -> None:
+        super().__init__(*args)
+        self.settings = settings
 
 
 def arrive(scheduler: Scheduler, request_id: str, prompt_len: int = 0,
@@ -37,7 +45,7 @@ def arrive(scheduler: Scheduler, request_id: str, prompt_len: int = 0,
 
 def run_step(scheduler: Scheduler) -> SchedulerOutput:
     """Schedule one step and apply it as the engine does, sampling token 7 where due."""
-    out = scheduler.schedule()
+    out = scheduler.schedule(scheduler.settings)
     for item in out.scheduled:
         samples = item.completes_prefill
         item.request.num_computed_tokens += item.num_new_tokens

@@ -85,11 +85,7 @@ def test_default_kv_pool_is_capped_but_explicit_memory_is_honoured():
     from engine.config import MAX_AUTO_BLOCKS
 
     sizes = dict(device="cpu", max_num_seqs=256, max_model_len=4096)
-    default = EngineConfig(**sizes)
-    default.resolve_device()
-    default.resolve_sizes(8192, bytes_per_token=1024)
+    default = EngineConfig(**sizes).for_device().for_model(8192, bytes_per_token=1024)
     assert default.num_kv_blocks == MAX_AUTO_BLOCKS  # small enough for per-block telemetry
-    explicit = EngineConfig(**sizes, kv_cache_memory_gb=1.0)
-    explicit.resolve_device()
-    explicit.resolve_sizes(8192, bytes_per_token=1024)
+    explicit = EngineConfig(**sizes, kv_cache_memory_gb=1.0).for_device().for_model(8192, bytes_per_token=1024)
     assert explicit.num_kv_blocks == 2**30 // (1024 * 16)  # 65,536 blocks: what 1 GB holds

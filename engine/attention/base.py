@@ -36,13 +36,14 @@ class AttentionBackend:
 
     def __init__(self, block_size: int):
         self.block_size = block_size
-        self.batch_invariant = False  # honoured by the CPU backend only (EngineConfig checks)
 
     def unsupported(self, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
         """Why this backend cannot run a model of these shapes here, or None."""
         return None
 
-    def plan(self, layout: StepLayout, device: torch.device) -> object:
+    def plan(self, layout: StepLayout, device: torch.device, batch_invariant: bool = False) -> object:
+        """The step's plan; ``batch_invariant`` (the step's setting) is honoured by the CPU
+        backend only (EngineConfig checks)."""
         raise NotImplementedError
 
     def plan_decode(self, slot_mapping: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor) -> object:

@@ -34,6 +34,7 @@ class CpuPlan:
     num_cached: torch.Tensor
     tables: torch.Tensor  # [segments, width] int32
     max_keys: int
+    batch_invariant: bool = False  # the row-by-row path (this step's setting)
 
 
 def _int32(values) -> torch.Tensor:
@@ -61,11 +62,11 @@ class CpuKernelBackend(AttentionBackend):
             return f"dtype {dtype}"
         return None
 
-    def plan(self, layout: StepLayout, device: torch.device) -> CpuPlan:
+    def plan(self, layout: StepLayout, device: torch.device, batch_invariant: bool = False) -> CpuPlan:
         segments = range(layout.num_segments)
         return CpuPlan(_int64(layout.slot_mapping), _int32(layout.cu_seqlens_q[:-1]),
                        _int32([layout.query_len(i) for i in segments]), _int32(layout.num_cached),
-                       layout.block_table.to(torch.int32).contiguous(), max(layout.seq_lens_k))
+                       layout.block_table.to(torch.int32).contiguous(), max(layout.seq_lens_k), batch_invariant)
 
     def plan_decode(self, slot_mapping, block_table, seq_lens) -> CpuPlan:
         """The plan of decodes only, from tensors (the decode-graph path; one host read here)."""
@@ -86,7 +87,7 @@ class CpuKernelBackend(AttentionBackend):
             q.data_ptr(), q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
             int(k_cache.dtype == torch.bfloat16), plan.row_start.data_ptr(), plan.row_count.data_ptr(),
             plan.num_cached.data_ptr(), plan.tables.data_ptr(), plan.tables.shape[1], plan.row_start.shape[0],
-            q.shape[1], kv_heads, head_dim, block_size, scale, plan.max_keys, int(self.batch_invariant),
+            q.shape[1], kv_heads, head_dim, block_size, scale, plan.max_keys, int(plan.batch_invariant),
             torch.get_num_threads())
         if status != 0:
             raise RuntimeError(f"the CPU attention kernel refused these shapes (status {status})")

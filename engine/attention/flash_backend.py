@@ -45,7 +45,7 @@ class FlashAttentionBackend(AttentionBackend):
         """Whether FA2 can read the paged cache through the block table (else: gather mode)."""
         return self.block_size % FLASH_ATTN_BLOCK == 0
 
-    def plan(self, layout: StepLayout, device: torch.device) -> FlashPlan:
+    def plan(self, layout: StepLayout, device: torch.device, batch_invariant: bool = False) -> FlashPlan:
         cu_k = [0]
         for n in layout.seq_lens_k:
             cu_k.append(cu_k[-1] + n)

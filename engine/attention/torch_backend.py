@@ -66,7 +66,7 @@ def split_by_length(blocks: list[int]) -> int:
 class TorchAttentionBackend(AttentionBackend):
     name = "torch"
 
-    def plan(self, layout: StepLayout, device: torch.device) -> TorchPlan:
+    def plan(self, layout: StepLayout, device: torch.device, batch_invariant: bool = False) -> TorchPlan:
         plan = TorchPlan(slot_mapping=layout.slot_mapping)
         decodes = sorted((i for i in range(layout.num_segments) if layout.query_len(i) == 1),
                          key=lambda i: layout.seq_lens_k[i])

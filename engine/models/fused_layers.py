@@ -79,6 +79,6 @@ class FusedLayers:
         return StepDesc(
             rows, cos.data_ptr(), sin.data_ptr(), plan.slot_mapping.data_ptr(), plan.row_start.data_ptr(),
             plan.row_count.data_ptr(), plan.num_cached.data_ptr(), plan.tables.data_ptr(), plan.tables.shape[1],
-            plan.row_start.shape[0], k_cache.shape[2], plan.max_keys, int(step.backend.batch_invariant),
+            plan.row_start.shape[0], k_cache.shape[2], plan.max_keys, int(plan.batch_invariant),
             int(k_cache.dtype == torch.bfloat16), torch.get_num_threads(), self.scale,
             *(t.data_ptr() for t in scratch))

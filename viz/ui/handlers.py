@@ -10,7 +10,7 @@ and Record only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import gradio as gr
@@ -152,10 +152,6 @@ class DashboardHandlers:
 
 def effective_budget(llm: AsyncLLM, budget: int, chunked: bool) -> int:
     """The budget the engine will run with: without chunked prefill it raises it so a whole
-    prompt fits one step (the engine's own rule, applied to a copy of its config)."""
-    if llm.model_info is None:  # max_model_len is known once the model is loaded
-        return budget
-    config = replace(llm.config, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
-                     max_model_len=llm.model_info.max_model_len)
-    config.ensure_whole_prompts_fit()
+    prompt fits one step (the engine's own rule, EngineConfig.reconfigured)."""
+    config, _ = llm.config.reconfigured(max_num_batched_tokens=budget, enable_chunked_prefill=chunked)
     return config.max_num_batched_tokens

@@ -147,7 +147,8 @@ def _steering_controls(config) -> SteeringControls:
                        label=PAGE.both("token_budget"))
     chunked = gr.Checkbox(value=config.enable_chunked_prefill, label=PAGE.both("chunked_prefill"))
     invariant = gr.Checkbox(value=config.batch_invariant, label=PAGE.both("batch_invariant"),
-                            interactive=config.attention_backend == "cpu", elem_id="bs-invariant")
+                            interactive=config.for_device().attention_backend == "cpu",  # (maybe not loaded yet)
+                            elem_id="bs-invariant")
     apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply")
     return SteeringControls(pause, step, resume, slow, policy, budget, chunked, invariant, apply)
 
