@@ -308,7 +308,7 @@ def create_attach_app(args: argparse.Namespace) -> tuple[FastAPI, IngestSource, 
     submitter = RemoteSubmitter(endpoint, source)
     app, hub, handlers = dashboard(  # metrics.close: the metrics made below, once it stops
         args, "Batchscope attached to vLLM", source, submitter, None, args.max_prompt_tokens,
-        (lambda: metrics.close(), submitter.close, endpoint.close, source.close), kind="attach")
+        (lambda: metrics.close(), endpoint.close, source.close), kind="attach")
     metrics = EngineMetrics(source, pending=app.state.firing.pending)
     install_ingest(app, source)
     install_metrics(app, metrics)

@@ -20,7 +20,7 @@ from .info import ModelInfo, model_info, source_info
 from .llm_engine import LLMEngine
 from .prompts import Prepared, Prompt
 from .record_source import SourceInfo
-from .request_status import RequestStatusBoard
+from .request_states import RequestStates
 from .request_stream import RequestStream
 from .sampling_params import SamplingParams
 from .solo_check import RunLog, SoloChecker, SoloReport
@@ -29,9 +29,9 @@ from .solo_check import RunLog, SoloChecker, SoloReport
 class AsyncLLM:
     def __init__(self, model: str = "default", **config):
         self.model = model
-        self._board = RequestStatusBoard()
+        self._states = RequestStates()
         self._runs = RunLog()
-        self._fanout = Fanout(self._board, on_deltas=self._runs.take)
+        self._fanout = Fanout(self._states, on_deltas=self._runs.take)
         self._solo = SoloChecker(self, self._runs)
         self._loop = EngineLoop(model, EngineConfig.from_kwargs(**config), self._fanout)
         self._model_info: ModelInfo | None = None
@@ -114,7 +114,7 @@ class AsyncLLM:
     def wait_for(self, request_ids: list[str], states: set[str], timeout: float) -> bool:
         """Block until every request is in one of ``states`` (as in the records: waiting,
         prefilling, decoding, preempted, finished); False on timeout."""
-        return self._board.wait_for(request_ids, states, timeout)
+        return self._states.wait_for(request_ids, states, timeout)
 
     def solo_check(self, request_id: str, solo_request_id: str | None = None,
                    timeout: float = 120.0) -> SoloReport:
@@ -137,7 +137,7 @@ class AsyncLLM:
 
     def counts(self) -> dict[str, int]:
         """Requests waiting (handed over, queued or preempted) and running, at this moment."""
-        return self._board.counts()
+        return self._states.counts()
 
     def info(self) -> SourceInfo:
         return source_info(self._loop.engine, self.model)

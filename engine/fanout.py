@@ -2,7 +2,7 @@
 
 Each request's deltas go to its ``RequestStream``; each step's record goes, as one dict built
 once and shared, to every record subscriber; arrivals and deltas go as RequestEvent dicts to
-every event subscriber; every state change goes to the ``RequestStatusBoard``; and the deltas
+every event subscriber; every state change goes to the ``RequestStates``; and the deltas
 themselves to ``on_deltas`` (the solo check's ``RunLog``) when given.
 Subscribers run on the engine thread and must only hand data off. The subscriber lists are
 replaced, never mutated, so the engine thread reads them without a lock.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from .llm_engine import StepResult
 from .outputs import RequestDelta
 from .request import Request
-from .request_status import RequestStatusBoard
+from .request_states import RequestStates
 from .request_stream import RequestStream
 from .telemetry import RequestEvent
 
@@ -26,9 +26,9 @@ Listener = Callable[[dict], None]
 
 
 class Fanout:
-    def __init__(self, board: RequestStatusBoard,
+    def __init__(self, states: RequestStates,
                  on_deltas: Callable[[list[RequestDelta]], None] | None = None):
-        self.board = board
+        self.states = states
         self.on_deltas = on_deltas
         self._lock = threading.Lock()
         self._streams: dict[str, RequestStream] = {}
@@ -42,7 +42,7 @@ class Fanout:
             if request.request_id in self._streams:
                 raise ValueError(f"request_id {request.request_id!r} is already in use")
             self._streams[request.request_id] = stream
-        self.board.update({request.request_id: "waiting"})
+        self.states.arrived(request.request_id)
         return stream
 
     def open_ids(self) -> list[str]:
@@ -57,7 +57,7 @@ class Fanout:
                     self._streams.pop(delta.request_id, None)
         if self.on_deltas is not None:
             self.on_deltas(deltas)
-        self.board.update({d.request_id: "finished" for d in deltas if d.finished})
+        self.states.finish(d.request_id for d in deltas if d.finished)
         if self._listeners["event"]:  # before the streams: a reader who saw the end finds it here
             now = time.time()
             for d in deltas:
@@ -78,7 +78,7 @@ class Fanout:
 
     def step(self, result: StepResult) -> None:
         record = result.record
-        self.board.update({rid: state.status for rid, state in record.requests.items()})
+        self.states.update({rid: state.status for rid, state in record.requests.items()})
         self.deliver(result.deltas)
         self._publish("record", record)
 

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from engine.prompts import Preparer
-from engine.request_status import RequestStatusBoard
 from engine.telemetry import RequestEvent
 
 from ..ui.strings import PAGE, PageError
@@ -83,8 +82,6 @@ class RemoteSubmitter:
         self.endpoint = endpoint
         self.source = source
         self.tokenizer = RemoteTokenizer(endpoint)
-        self._states = RequestStatusBoard()
-        self._unsubscribe = source.subscribe(self._on_record)
 
     def check_ready(self) -> None:
         status = self.source.status()
@@ -114,17 +111,14 @@ class RemoteSubmitter:
         request: RemoteRequest = item.prepared
         header_id = f"{item.request_id}-{secrets.token_hex(4)}"
         self.source.aliases.add(request.engine_id(header_id), item.request_id)
-        self._states.update({item.request_id: "waiting"})
         self._publish(RequestEvent("arrival", item.request_id, time.time(), request.prompt_text,
                                    request.num_prompt_tokens))
         threading.Thread(target=self._stream, args=(item.request_id, request, header_id),
                          name=f"batchscope-vllm-{item.request_id}", daemon=True).start()
 
     def wait_for(self, request_ids: list[str], states: set[str], timeout: float) -> bool:
-        return self._states.wait_for(request_ids, states, timeout)
-
-    def close(self) -> None:
-        self._unsubscribe()
+        """The states the ingest folds from vLLM's records and this submitter's events."""
+        return self.source.wait_for(request_ids, states, timeout)
 
     def _stream(self, rid: str, request: RemoteRequest, header_id: str) -> None:
         """Publish the completion's chunks as deltas; the last one says how it ended."""
@@ -140,7 +134,6 @@ class RemoteSubmitter:
             log.exception("vLLM stream of %s failed", rid)
             error = str(exc) or type(exc).__name__
         if error is not None:
-            self._states.update({rid: "finished"})
             self._publish(RequestEvent("delta", rid, time.time(), finished=True,
                                        finish_reason="error", error=error))
 
@@ -157,9 +150,6 @@ class RemoteSubmitter:
 
     def _publish(self, event: RequestEvent) -> None:
         self.source.publish_event(event.to_dict())
-
-    def _on_record(self, record: dict) -> None:
-        self._states.update({rid: info["status"] for rid, info in record["requests"].items()})
 
 
 def _sampling(params) -> dict:

@@ -28,7 +28,7 @@ carries ``"ingest"``: the counters of ``IngestStats`` (records taken, invalid me
 connections refused, records the engine's own queue dropped), and for a data-parallel engine
 ``"data_parallel"``: ``{"size", "ranks": [{"rank", "waiting", "running"}]}``, the ranks
 attached and their counts (``size``: the engine's, else the highest rank seen plus one).
-``counts()`` are what the cards show (shown_queues.py): a prompt fired from the dashboard is
+``counts()`` are what the cards show (engine/request_states.py): a prompt fired from the dashboard is
 waiting from its arrival event, before vLLM's next record lists it.
 """
 from __future__ import annotations
@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, WebSocket
 
 from engine.record_source import SourceInfo, Unsubscribe
+from engine.request_states import RequestStates
 from engine.telemetry import upgrade_record, validate_record
 
 from .request_aliases import RequestAliases
-from .shown_queues import ShownQueues
 
 PROTOCOL = 1
 HELLO_TIMEOUT = 10.0  # seconds for a new connection to say hello
@@ -107,7 +107,7 @@ class IngestSource:
         self._engine: Engine | None = None  # the engine attached last
         self._ranks: dict[int, Producer] = {}  # data-parallel rank -> its producer, while attached
         self._seen_ranks: set[int] = set()  # of the engine attached last, attached or gone
-        self._queues = ShownQueues()
+        self._states = RequestStates()  # (the one reducer of request states: request_states.py)
         self._state, self._error = "loading", None
         self._started, self._load_seconds = time.monotonic(), None
         self._attached = threading.Event()
@@ -143,7 +143,7 @@ class IngestSource:
             size = size or max(self._seen_ranks, default=0) + 1
         if not ranks or not data_parallel:
             return None
-        counts = self._queues.by_rank(ranks)
+        counts = self._states.by_rank(ranks)
         return {"size": size, "ranks": [{"rank": rank, **counts[rank]} for rank in ranks]}
 
     def _data_parallel(self) -> bool:
@@ -162,11 +162,15 @@ class IngestSource:
         return self._info
 
     def counts(self) -> dict[str, int]:
-        return self._queues.counts()
+        return self._states.counts()
+
+    def wait_for(self, request_ids: list[str], states: set[str], timeout: float) -> bool:
+        """Block until every request is in one of ``states`` (as the cards show them)."""
+        return self._states.wait_for(request_ids, states, timeout)
 
     def publish_event(self, event: dict) -> None:
         """A RequestEvent from this process (attach mode's API client) to the subscribers."""
-        self._queues.on_event(event)
+        self._states.on_event(event)
         _deliver(self._event_subscribers, event)
 
     def close(self) -> None:
@@ -208,7 +212,7 @@ class IngestSource:
                 self._load_seconds = round(time.monotonic() - self._started, 3)
             self.stats.connections += 1
         # an engine (or a rank) that (re)attaches holds none of the requests counted before
-        self._queues.clear(None if alone else rank)
+        self._states.clear(None if alone else rank)
         return producer
 
     def _busy(self, engine: Engine, rank: int) -> str | None:
@@ -257,7 +261,7 @@ class IngestSource:
             self.stats.last_error = str(exc)[:200]
             return
         record = self._numbered(producer, self.aliases.rename(upgrade_record(record)))
-        self._queues.on_record(record)
+        self._states.on_record(record)
         self.stats.records += 1
         _deliver(self._record_subscribers, record)
 

@@ -5,7 +5,7 @@ Beyond the protocol it has ``subscribe_restarts``: a seek backwards starts the s
 (the hub forgets what it had; viewers resync). ``status()`` adds the playback (``replay``:
 trace, iteration, speed, playing, the steps the recording lost) and ``counts()`` are the
 waiting and running requests of the iteration on screen, as its cards show them
-(shown_queues.py). Callbacks run on the player's thread or a
+(engine/request_states.py). Callbacks run on the player's thread or a
 control's, under the player's lock: they must only hand data off, as with an engine.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.record_source import SourceInfo
+from engine.request_states import RequestStates
 from engine.telemetry import upgrade_record
 
 from ..traces.player import PlayerState, ReplayPlayer
 from ..traces.trace import Trace, TraceEntry, trace_phases
-from .shown_queues import ShownQueues
 
 
 class Listeners:
@@ -43,7 +43,7 @@ class ReplaySource:
         self.trace = trace
         self.name = name
         self._records, self._events, self._restarts = Listeners(), Listeners(), Listeners()
-        self._queues = ShownQueues()
+        self._states = RequestStates()  # (the one reducer of request states: request_states.py)
         self.player = ReplayPlayer(trace, self._publish, self._restart, on_state=self._remember)
         self._state = self.player.state
         self._info = trace_info(trace)
@@ -71,7 +71,7 @@ class ReplaySource:
                            "gaps": self.trace.lost_steps}}
 
     def counts(self) -> dict[str, int]:
-        return self._queues.counts()
+        return self._states.counts()
 
     def close(self) -> None:
         self.player.close()
@@ -80,15 +80,15 @@ class ReplaySource:
     def _publish(self, entry: TraceEntry) -> None:
         if entry.kind == "record":
             data = upgrade_record(entry.data)  # a schema-1 trace replays as schema 2
-            self._queues.on_record(data)
+            self._states.on_record(data)
             self._records(data)
         elif entry.kind == "event":
-            self._queues.on_event(entry.data)
+            self._states.on_event(entry.data)
             self._events(entry.data)
         # a gap has nothing to show but its place: status.replay.gaps lists them
 
     def _restart(self) -> None:
-        self._queues.clear()
+        self._states.clear()
         self._restarts()
 
     def _remember(self, state: PlayerState) -> None:
