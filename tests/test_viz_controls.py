@@ -17,8 +17,8 @@ def test_presenter_controls_are_open_locally_keyed_or_hidden_on_a_space():
 
 
 def test_turning_chunking_off_reports_the_budget_the_engine_will_use():
-    config = EngineConfig(max_num_batched_tokens=512)
-    llm = SimpleNamespace(config=config, model_info=SimpleNamespace(max_model_len=1024))
+    config = EngineConfig(max_num_batched_tokens=512, max_model_len=1024)  # (the loaded engine's: resolved)
+    llm = SimpleNamespace(config=config)
     assert effective_budget(llm, 256, chunked=True) == 256
     assert effective_budget(llm, 256, chunked=False) == 1024
     assert effective_budget(llm, 2048, chunked=False) == 2048

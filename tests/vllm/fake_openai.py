@@ -4,7 +4,9 @@ echo the prompt's words back one token per chunk with vLLM's ``token_ids``. It k
 request (headers and body) and can refuse them like vLLM does (``refuse``: path -> status)."""
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
@@ -25,6 +27,8 @@ def token_ids(text: str) -> list[int]:
 class FakeOpenAI:
     requests: list[dict] = field(default_factory=list)  # {"path", "headers", "body"}
     refuse: dict[str, int] = field(default_factory=dict)
+    # cleared: every stream holds its last chunk until set again (a request still running)
+    flowing: threading.Event = field(default_factory=lambda: _set(threading.Event()))
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -56,6 +60,8 @@ class FakeOpenAI:
         reply = words(text)[: body["max_tokens"]] if isinstance(text, str) else ["tok"] * body["max_tokens"]
         for k, word in enumerate(reply):
             last = k == len(reply) - 1
+            while last and not self.flowing.is_set():
+                await asyncio.sleep(0.01)
             choice = {"index": 0, "token_ids": [100 + len(word)],
                       "finish_reason": "length" if last else None}
             if path.endswith("chat/completions"):
@@ -64,3 +70,8 @@ class FakeOpenAI:
                 choice["text"] = " " + word
             yield f"data: {json.dumps({'id': 'x', 'choices': [choice]})}\n\n"
         yield "data: [DONE]\n\n"
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event

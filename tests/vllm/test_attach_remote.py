@@ -118,8 +118,10 @@ def test_after_decoding_arrivals_wait_for_the_records_states(fake):
 
 def test_the_articles_preset_sends_token_ids_and_waits_for_vllm_to_decode(fake):
     """A (499 tokens) at once, B (200) once A decodes, C (100) once both do: the decoding
-    states come from records that name the requests by vLLM's engine ids."""
+    states come from records that name the requests by vLLM's engine ids (the streams stay open
+    until the end: a finished stream would let the next one go too)."""
     attached = Attached(fake.url)
+    fake.flowing.clear()
     ids = attached.fire(preset="article", max_tokens=3)
     sent: list[dict] = []
 
@@ -135,9 +137,20 @@ def test_the_articles_preset_sends_token_ids_and_waits_for_vllm_to_decode(fake):
         states = {rid: {**state, "status": "decoding"} for rid, state in record["requests"].items()}
         attached.producer.receive(json.dumps({"type": "record", "data": {
             **record, "step": step, "requests": states}}))
+    wait_until(lambda: arrived(3), "request 3 of the article's shot")
+    fake.flowing.set()
     wait_until(lambda: arrived(3) and all(attached.finished(rid) for rid in ids), "the whole shot")
     assert [len(r["body"]["prompt"]) for r in sent] == [499, 200, 100]
     assert all(r["body"]["ignore_eos"] and r["body"]["max_tokens"] >= 3 for r in sent)
+
+
+def test_a_request_whose_stream_finished_lets_the_next_one_go_without_a_record(fake):
+    """The ingest folds the API stream's end too (engine/request_states.py): a request that has
+    finished is past decoding, so the article's next request need not wait for a record."""
+    attached = Attached(fake.url)
+    ids = attached.fire(preset="article", max_tokens=3)
+    wait_until(lambda: all(attached.finished(rid) for rid in ids), "the whole shot, with no record")
+    assert attached.source.counts() == {"waiting": 0, "running": 0}
 
 
 def test_a_prompt_over_the_limit_is_refused_with_the_engines_message(fake):
