@@ -173,3 +173,25 @@ def test_viewers_owning_no_request_share_the_anonymous_frame():
     assert all(frame is frames[0] for frame in frames)  # serialised once for all of them
     assert owner._outbox[0] is not frames[0] and "secret" in owner._outbox[0]
     assert json.loads(frames[0])["records"][0]["sampled"] == {"a1": HIDDEN_TOKEN}
+
+
+def test_a_late_viewer_gets_every_step_since_the_oldest_request_on_screen():
+    """A page that connects late folds its autopsy lanes from the snapshot: it needs the steps
+    since each shown request arrived, not the latest 40 only."""
+    hub = TelemetryHub()
+    hub.publish_event(arrival("q1"))  # arrives at t=1.0, decodes for 100 steps
+    for step in range(100):
+        hub.publish_record(record(step))
+        if step % 10 == 9:
+            hub.tick()
+    late = connected(hub, None)
+    assert [r["step"] for r in json.loads(hub.snapshot(late))["records"]] == list(range(100))
+
+
+def test_the_history_keeps_the_latest_40_when_no_card_needs_more():
+    hub = TelemetryHub()
+    for step in range(100):  # records of a request whose arrival nobody saw
+        hub.publish_record(record(step))
+        hub.tick()
+    late = connected(hub, None)
+    assert [r["step"] for r in json.loads(hub.snapshot(late))["records"]] == list(range(60, 100))

@@ -74,6 +74,13 @@ export function cardOrder(requests) {
     ...entries.filter((e) => e.status === "finished").reverse()].slice(0, MAX_CARDS);
 }
 
+// What the list says under its last card when it shows fewer cards than the page knows ("" if none).
+export function hiddenCardsNote(requests, t) {
+  const hidden = requests.size - MAX_CARDS;
+  if (hidden <= 0) return "";
+  return t(hidden === 1 ? "cards.hidden_one" : "cards.hidden", { count: hidden, shown: MAX_CARDS });
+}
+
 // Bring the cards under ``root`` in line with the state: fill the dirty ones (and the waiting
 // ones, whose reason follows the status), add, drop, order.
 // Finished cards of Batchscope's own live engine offer the solo check (solo.js): a replay has no
@@ -81,7 +88,7 @@ export function cardOrder(requests) {
 export function renderCards(root, state, t, colorOf) {
   const order = cardOrder(state.requests);
   const live = offersSoloCheck(state.status);
-  const existing = new Map([...root.children].map((card) => [card.dataset.rid, card]));
+  const existing = new Map([...root.querySelectorAll(":scope > .bs-req")].map((card) => [card.dataset.rid, card]));
   order.forEach((entry, i) => {
     let card = existing.get(entry.request_id);
     const fresh = !card;
@@ -94,6 +101,18 @@ export function renderCards(root, state, t, colorOf) {
   });
   const keep = new Set(order.map((e) => e.request_id));
   for (const [rid, card] of existing) if (!keep.has(rid)) card.remove();
+  showHiddenNote(root, hiddenCardsNote(state.requests, t));
+}
+
+function showHiddenNote(root, text) {
+  let note = root.querySelector(":scope > .bs-cards-hidden");
+  if (!text) {
+    if (note) note.remove();
+    return;
+  }
+  note = note || element("p", "bs-cards-hidden");
+  note.textContent = text;
+  if (root.lastElementChild !== note) root.appendChild(note);  // (after the last card)
 }
 
 function element(tag, className, parent) {

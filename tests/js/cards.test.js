@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { cardOrder, cardView } from "../../assets/js/cards.js";
+import { cardOrder, cardView, hiddenCardsNote, MAX_CARDS } from "../../assets/js/cards.js";
 import { bannerView, statusParts } from "../../assets/js/header.js";
 import { replayPosition, startReplayBar } from "../../assets/js/replay.js";
 import { fitParts, plainText, textWidth } from "../../assets/js/text_fit.js";
@@ -100,4 +100,13 @@ test("header: the engine part names the execution plan on hover", () => {
   assert.equal(parts.find((p) => p.part === "engine").title, plan);
   const bare = statusParts({ source: "live", engine: { name: "batchscope", version: "0.2.0" } }, null, t());
   assert.equal(bare.find((p) => p.part === "engine").title, undefined);
+});
+
+test("the card list says how many older requests it does not show", () => {
+  const requests = (n) => new Map([...Array(n).keys()].map((i) => [`r${i}`, entry({ request_id: `r${i}`, status: "finished" })]));
+  assert.equal(hiddenCardsNote(requests(MAX_CARDS), t("en")), "");
+  assert.equal(cardOrder(requests(MAX_CARDS + 5)).length, MAX_CARDS);
+  assert.equal(hiddenCardsNote(requests(MAX_CARDS + 5), t("en")), "5 older requests not shown (the newest 40 are)");
+  assert.equal(hiddenCardsNote(requests(MAX_CARDS + 1), t("en")), "1 older request not shown (the newest 40 are)");
+  assert.equal(hiddenCardsNote(requests(MAX_CARDS + 5), t("zh")), "另有 5 个较早的请求未显示（只显示最新的 40 个）");
 });

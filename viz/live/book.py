@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from ..colors import PALETTE
 
 NUM_COLORS = len(PALETTE)
+CARDS_SHOWN = 40  # the cards a page shows (assets/js/cards.js MAX_CARDS)
 
 
 @dataclass(slots=True)
@@ -84,6 +85,14 @@ class RequestBook:
 
     def entries(self) -> list[RequestEntry]:
         return list(self._entries.values())
+
+    def oldest_arrival_on_screen(self) -> float | None:
+        """The earliest arrival among the requests a page's cards show (cards.js cardOrder: the
+        unfinished ones, then the latest finished, CARDS_SHOWN in all); None if none arrived."""
+        entries = list(self._entries.values())
+        shown = [e for e in entries if not e.finished] + [e for e in reversed(entries) if e.finished]
+        arrivals = [e.arrival for e in shown[:CARDS_SHOWN] if e.arrival is not None]
+        return min(arrivals, default=None)
 
     def clear(self) -> None:
         self._entries.clear()

@@ -16,7 +16,8 @@ stream /telemetry/stream (transport.py):
   ``{"palette": [hex x12], "free_color", "cached_color", "phases": [{"name", "color"}],
   "source": {"engine", "engine_version", "model"}, "budget_hint"?}`` (viz/colors.py).
   ``requests`` are RequestBook entries (with ``mine`` and ``visible`` instead of the owner);
-  ``records`` the most recent IterationRecord dicts (up to ``history``, 40).
+  ``records`` the recent IterationRecord dicts: back to the arrival of the oldest request a card
+  shows, at least the latest 40, bounded in bytes (history.py).
 - ``{"type": "frame", "seq": int, "status": {...}, "records": [record...],
   "records_dropped": int, "events": [event...]}``: what happened since the previous frame.
   Records are IterationRecord dicts (engine/telemetry.py), in step order, at most
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from . import frames
 from .book import RequestBook
+from .history import KEEP, RecordHistory
 from .privacy import PUBLIC, Audience
 from .source_view import SourceView
 from .viewer import Viewer
@@ -65,7 +67,7 @@ STATUS_INTERVAL_S = 1.0  # a frame at least this often, even with nothing new
 
 class TelemetryHub:
     def __init__(self, shared_view: bool = False, fps: float = 25.0, outbox_frames: int = 16,
-                 history: int = 40, max_records_per_frame: int = 16, public: bool = False,
+                 history: int = KEEP, max_records_per_frame: int = 16, public: bool = False,
                  viewer_count: Callable[[], int] | None = None):
         """``public``: every request nobody claimed is readable by every viewer (a replayed
         trace holds only the text its recorder was allowed to keep). ``viewer_count``: the
@@ -81,7 +83,7 @@ class TelemetryHub:
         self._records_arrived = 0
         self._pending_events: deque[dict] = deque(maxlen=MAX_PENDING_EVENTS)
         self._events_lost = False
-        self._history: deque[dict] = deque(maxlen=history)
+        self._history = RecordHistory(keep=history)
         self._reset_pending = False
         self._viewers: list[Viewer] = []
         self._status_provider: StatusProvider = lambda: {"source": "none", "state": "idle"}
@@ -179,9 +181,8 @@ class TelemetryHub:
         with self._lock:
             entries = [e.to_dict() for e in self._book.entries()]
             owner_of = self._book.owner
-            history = list(self._history)
-            records = _records_json([frames.RecordBody.of(r) for r in history], history,
-                                    audience, owner_of)
+            history, bodies = self._history.items()
+            records = _records_json(bodies, history, audience, owner_of)
         return frames.json_object({
             "type": "snapshot",
             "viewer": viewer.id,
@@ -226,7 +227,10 @@ class TelemetryHub:
             lost, self._events_lost = self._events_lost, False
             if reset:
                 self._history.clear()
-            self._history.extend(records)
+        bodies = [frames.RecordBody.of(r) for r in records]  # (outside the lock: producers never wait)
+        with self._lock:
+            self._history.extend(records, bodies)
+            self._history.trim(self._book.oldest_arrival_on_screen())
         if reset or lost:
             self._resync_all()
         now = time.monotonic()
@@ -234,12 +238,12 @@ class TelemetryHub:
             return
         self._last_status = now
         self._seq += 1
-        self._push_frames(records[-self.max_records_per_frame:], arrived, events, owners)
+        latest = -self.max_records_per_frame
+        self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
 
-    def _push_frames(self, records: list[dict], arrived: int, events: list[dict],
-                     owners: dict[str, str | None]) -> None:
+    def _push_frames(self, records: list[dict], bodies: list[frames.RecordBody], arrived: int,
+                     events: list[dict], owners: dict[str, str | None]) -> None:
         status = self.status()
-        bodies = [frames.RecordBody.of(r) for r in records] if self._viewers else []
         def owner_of(rid: str) -> str | None:
             return owners.get(rid, self._book.default_owner)
 
