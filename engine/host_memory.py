@@ -63,3 +63,19 @@ def huge_page_bytes() -> int:
     except OSError:
         pass
     return 0
+
+
+def release_free_memory() -> bool:
+    """Hand the heap memory freed so far back to the system (glibc's ``malloc_trim``); False
+    where there is no glibc.
+
+    Why: glibc keeps freed memory in per-thread arenas, and every engine runs its own thread.
+    An engine that loads (weights read, copied, packed) and later shuts down leaves hundreds of
+    MB held in its threads' arenas, so a server whose Compare runs load and drop engines grows
+    with every run. Measured here, 4 load/shutdown cycles of the default model: 824 MB held
+    after, 365 MB with this call after each."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.malloc_trim(0)) or True

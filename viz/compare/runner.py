@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.host_memory import release_free_memory
+
 from ..live.hub import TelemetryHub
 from ..ui.firing import Firing
 from ..ui.submit import LocalSubmitter
@@ -130,6 +132,7 @@ class CompareRunner:
             for side in compare.sides:
                 compare.running = side.label
                 compare.results.append(self._run_side(compare, side))
+                release_free_memory()  # the side's engine is gone: give its memory back
             compare.state = "done"
         except Exception as exc:  # a failed compare is reported, the server goes on
             log.exception("compare %d failed", compare.id)
