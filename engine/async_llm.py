@@ -173,6 +173,12 @@ class AsyncLLM:
             raise ValueError(f"min step interval must be in [0, 10] seconds, got {seconds}")
         self._loop.set_min_step_interval(seconds)
 
+    def reset_prefix_cache(self, timeout: float = 30.0) -> int:
+        """Forget every cached prefix block no running request holds, between steps (a
+        presenter's fresh run: a demo fired again computes its prompts in full, as the first
+        time). Blocks; returns how many blocks were freed, which the next record shows free."""
+        return self._loop.call(LLMEngine.reset_prefix_cache, timeout)
+
     def reconfigure(self, **changes) -> dict[str, tuple]:
         """Change policy / token budget / chunked prefill / batch invariance from the next step
         on. Validated here (ValueError); returns what changes, ``{name: (before, after)}``, a

@@ -130,15 +130,27 @@ class BlockManager:
                 block.block_hash, block.token_ids = parent, chunk
                 self.cache[parent] = block.block_id
 
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached block no request holds (a presenter's fresh run): they stay in
+        the free queue as plain free blocks, so no later prompt hits them. Blocks that running
+        requests hold keep their hashes. Returns how many were forgotten."""
+        idle = [block_id for block_id in self.cache.values() if self.ref_counts[block_id] == 0]
+        for block_id in idle:
+            self._forget(self.blocks[block_id])
+        return len(idle)
+
     def _allocate(self, owner: str) -> int:
         block_id, _ = self.free_queue.popitem(last=False)
         block = self.blocks[block_id]
         if block.block_hash is not None:  # evict its cached contents
-            del self.cache[block.block_hash]
-            block.block_hash = block.token_ids = None
+            self._forget(block)
         self.ref_counts[block_id] = 1
         self.owners[block_id] = owner
         return block_id
+
+    def _forget(self, block: KVBlock) -> None:
+        del self.cache[block.block_hash]
+        block.block_hash = block.token_ids = None
 
     # ---- views and checks ------------------------------------------------------------------
     def snapshot(self) -> KVPoolState:

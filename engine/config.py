@@ -80,6 +80,7 @@ class EngineConfig:
                 _positive(name, getattr(self, name))
         if self.kv_cache_memory_gb is not None and not self.kv_cache_memory_gb > 0:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
+        self._check_budget_bound()
         _one_of("policy", self.policy, POLICIES)
         _one_of("dtype", self.dtype, ("auto", *DTYPES))
         _one_of("device", self.device, ("auto", "cpu", "cuda"))
@@ -90,8 +91,9 @@ class EngineConfig:
             raise ValueError(f"cuda_graphs must be True, False or None, got {self.cuda_graphs!r}")
         if self.attention_backend == "flash_attn" and not flash_attn_available():
             raise ValueError("attention_backend='flash_attn' needs CUDA and the flash_attn package")
-        if not isinstance(self.batch_invariant, bool):
-            raise ValueError(f"batch_invariant must be True or False, got {self.batch_invariant!r}")
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "batch_invariant"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.batch_invariant and (self.device == "cuda" or self.attention_backend not in ("auto", "cpu")):
             raise ValueError("batch_invariant=True needs the CPU kernels: device 'cpu' and attention_backend 'auto' "
                              f"or 'cpu', got device={self.device!r}, attention_backend={self.attention_backend!r}")
@@ -124,6 +126,7 @@ class EngineConfig:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's limit {model_max_len}")
         sized = replace(self, block_size=block_size, max_model_len=max_model_len)
         sized = replace(sized, num_kv_blocks=self.num_kv_blocks or sized._pool_blocks(bytes_per_token))
+        sized._check_budget_bound()
         budget = sized.whole_prompt_budget()
         if budget != self.max_num_batched_tokens:
             log.warning("max_num_batched_tokens %d raised to %d: without chunked prefill a whole prompt "
@@ -140,6 +143,20 @@ class EngineConfig:
         by_use = -(-self.max_num_seqs * self.max_model_len // self.block_size)
         cap = MAX_AUTO_BLOCKS if self.kv_cache_memory_gb is None else by_use
         return max(min(by_memory, by_use, cap), 1)
+
+    @property
+    def max_token_budget(self) -> int | None:
+        """The largest token budget that can still change a schedule: a step holds at most
+        ``max_num_seqs`` requests of at most ``max_model_len`` tokens each (None until
+        ``max_model_len`` is known). A larger budget is refused, not lowered: it changes nothing,
+        so it can only be a slip (99,999,999). It is never below a whole prompt's budget."""
+        return None if self.max_model_len is None else self.max_num_seqs * self.max_model_len
+
+    def _check_budget_bound(self) -> None:
+        cap = self.max_token_budget
+        if cap is not None and self.max_num_batched_tokens > cap:
+            raise ValueError(f"max_num_batched_tokens must be at most {cap} (max_num_seqs {self.max_num_seqs} "
+                             f"times max_model_len {self.max_model_len}), got {self.max_num_batched_tokens}")
 
     def whole_prompt_budget(self) -> int:
         """The token budget this config runs with: without chunked prefill a whole prompt must

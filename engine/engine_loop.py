@@ -1,9 +1,10 @@
 """EngineLoop: the one thread that owns the engine.
 
 It loads the model, then runs rounds: take the commands queued in the inbox (add, abort,
-reconfigure), apply them, run one step if allowed. Other threads append commands under a
-short lock and never wait on a step. Presenter controls (pause, single step, slow motion) act
-between steps.
+reconfigure, call: an engine method whose caller waits for its result), apply them, run one
+step if allowed. Other threads append commands under a short lock and never wait on a step
+(``call``'s caller waits for its own command only). Presenter controls (pause, single step,
+slow motion) act between steps.
 
 States: "loading" -> "ready" -> "stopped" (shutdown), or "failed" (the model did not load), or
 "dead" (the thread died of an error no step handles). Once dead, new requests are refused with
@@ -17,6 +18,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 
 from .config import EngineConfig
 from .fanout import Fanout
@@ -88,6 +91,16 @@ class EngineLoop:
             self._inbox.append(command)
             self._cond.notify_all()
 
+    def call(self, method: Callable[[LLMEngine], object], timeout: float) -> object:
+        """``method(engine)`` run between steps on the engine thread; its result, or what it
+        raised (TimeoutError after ``timeout`` seconds, RuntimeError when the engine ends first)."""
+        future: Future = Future()
+        with self._cond:
+            self.ready_engine()
+            self._inbox.append(("call", method, future))
+            self._cond.notify_all()
+        return future.result(timeout)
+
     def pause(self) -> None:
         with self._cond:
             self.paused, self._steps_allowed = True, 0
@@ -151,16 +164,20 @@ class EngineLoop:
         with self._cond:
             if state == "dead":
                 self.state, self.error = state, message
+            dropped = list(self._inbox)
             self._inbox.clear()
             open_ids = self.fanout.open_ids()
             self._cond.notify_all()
+        for command in dropped:
+            if command[0] == "call":
+                command[2].set_exception(RuntimeError(message))
         self.fanout.fail(open_ids, reason, message)
 
     def _idle(self, engine: LLMEngine) -> bool:
         """Nothing to do until a command arrives (called under the lock)."""
         if self._inbox or self.state == "stopped":
             return False
-        if engine.has_unreported_aborts and not engine.has_unfinished:
+        if engine.has_unreported_changes and not engine.has_unfinished:
             return False  # one empty step will tell the viewers
         return not engine.has_unfinished or (self.paused and self._steps_allowed == 0)
 
@@ -183,8 +200,8 @@ class EngineLoop:
             started = time.perf_counter()
             self._step(engine)
             self._slow_motion(started)
-        elif engine.has_unreported_aborts and not engine.has_unfinished:
-            self._step(engine)  # an empty step: its record reports the aborts
+        elif engine.has_unreported_changes and not engine.has_unfinished:
+            self._step(engine)  # an empty step: its record reports the aborts, or the freed pool
         return True
 
     def _apply_safely(self, engine: LLMEngine, command: tuple) -> None:
@@ -207,6 +224,12 @@ class EngineLoop:
                 self.fanout.deliver([delta])
         elif kind == "reconfigure":
             engine.reconfigure(**args[0])
+        elif kind == "call":
+            method, future = args
+            try:
+                future.set_result(method(engine))
+            except Exception as exc:  # the caller's to handle
+                future.set_exception(exc)
 
     def _step(self, engine: LLMEngine) -> None:
         try:

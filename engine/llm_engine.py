@@ -33,10 +33,11 @@ class StepResult:
 
 @dataclass
 class _Pending:
-    """What happened between two steps (aborts), reported in the next record."""
+    """What happened between two steps (aborts, a prefix-cache reset), reported in the next record."""
 
     aborted: list[Request] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
+    cache_reset: bool = False
 
 
 class LLMEngine:
@@ -113,8 +114,17 @@ class LLMEngine:
         return self.scheduler.has_work
 
     @property
-    def has_unreported_aborts(self) -> bool:
-        return bool(self._pending.aborted)
+    def has_unreported_changes(self) -> bool:
+        """Aborts or a prefix-cache reset since the last record (an idle engine then runs one
+        empty step, so that the viewers see them)."""
+        return bool(self._pending.aborted) or self._pending.cache_reset
+
+    def reset_prefix_cache(self) -> int:
+        """Forget the prefix cache's blocks no request holds (between steps), so the next
+        prompts compute in full as on a fresh engine; how many blocks were freed."""
+        freed = self.block_manager.reset_prefix_cache()
+        self._pending.cache_reset |= freed > 0
+        return freed
 
     # ---- settings between steps ----------------------------------------------------------
     def reconfigured(self, **changes) -> tuple[EngineConfig, dict[str, tuple]]:

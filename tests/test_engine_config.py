@@ -48,10 +48,28 @@ def test_reconfigured_returns_a_new_config_and_what_changed():
 
 @pytest.mark.parametrize("changes, said", [({"block_size": 8}, "cannot change"), ({"policy": "fifo"}, "policy"),
                                            ({"max_num_batched_tokens": 0}, "positive integer"),
-                                           ({"batch_invariant": "yes"}, "True or False")])
+                                           ({"batch_invariant": "yes"}, "True or False"),
+                                           ({"max_num_batched_tokens": 99_999_999}, "at most 131072"),
+                                           ({"enable_chunked_prefill": "no"}, "True or False")])
 def test_a_reconfiguration_that_cannot_hold_is_refused(changes, said):
     with pytest.raises(ValueError, match=said):
         resolved().reconfigured(**changes)
+
+
+def test_the_token_budget_is_bounded_by_what_one_step_can_hold():
+    """64 sequences of at most 2048 tokens: no step holds more than 131072 tokens, so a larger
+    budget changes nothing and can only be a typo; it is refused, at start and between steps."""
+    config = resolved()
+    assert config.max_token_budget == 64 * 2048
+    assert config.reconfigured(max_num_batched_tokens=131072)[0].max_num_batched_tokens == 131072
+    with pytest.raises(ValueError, match="max_num_batched_tokens must be at most 131072 "
+                                         r"\(max_num_seqs 64 times max_model_len 2048\), got 131073"):
+        config.reconfigured(max_num_batched_tokens=131073)
+    with pytest.raises(ValueError, match="at most 2048"):
+        resolved(max_num_seqs=1, max_num_batched_tokens=4096)  # bounded once max_model_len is known
+    with pytest.raises(ValueError, match="at most 512"):
+        EngineConfig.from_kwargs(max_num_seqs=2, max_model_len=256, max_num_batched_tokens=513)
+    assert EngineConfig.from_kwargs(max_num_batched_tokens=99_999_999).max_token_budget is None  # (unresolved)
 
 
 def test_the_steps_after_a_reconfigure_run_and_record_the_new_settings(tiny_model_dir):
