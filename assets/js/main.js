@@ -8,7 +8,10 @@ import { colorOf } from "./figures/common.js";
 import { VIEWS } from "./figures/index.js";
 import { showHeader } from "./header.js";
 import { LaneBook } from "./lanes.js";
+import { viewedHistory } from "./look_back.js";
 import { startReplayBar } from "./replay.js";
+import { startStage } from "./stage.js";
+import { startStageKeys } from "./stage_keys.js";
 import { initialState, reduce } from "./state.js";
 import { LANGUAGES, loadStrings, saveLanguage, savedLanguage, translator } from "./strings.js";
 import { openTelemetry } from "./transport.js";
@@ -18,7 +21,7 @@ const SEEN_LIMIT = 256;  // request ids remembered per view, for the tests' debu
 const page = { state: initialState(), table: {}, lang: savedLanguage(window.localStorage),
   t: translator({}), link: "connecting", telemetry: null, drawPending: false,
   seen: Object.fromEntries(VIEWS.map((v) => [v.key, new Set()])), replay: null, lanes: new LaneBook(), autopsy: null,
-  compare: null };
+  compare: null, stage: null, keys: null };
 
 function dispatch(message) {
   page.state = reduce(page.state, message);
@@ -44,6 +47,8 @@ function draw() {
   const cards = document.getElementById("bs-texts");
   if (cards && state.meta) renderCards(cards, state, t, (rid) => colorOf(viewContext(null), rid));
   if (page.autopsy && state.meta) { page.autopsy.refresh(); page.compare.refresh(); }
+  page.stage.label(t);
+  page.keys.show(state);
   if (drewViews && (cards || !state.requests.size)) page.state = reduce(page.state, { type: "drawn" });
   else window.setTimeout(scheduleDraw, 200);  // the page's elements or plotly are not there yet
 }
@@ -56,9 +61,9 @@ function viewContext(element) {
 function drawViews() {
   const elements = VIEWS.map((v) => document.getElementById(v.id));
   if (!window.Plotly || !page.state.meta || elements.some((e) => !e)) return false;
-  const { records, shown } = page.state, last = records[records.length - 1];
+  const { records, shown } = viewedHistory(page.state), last = records[records.length - 1];  // look_back.js
   VIEWS.forEach((v, i) => {
-    const figure = v.build(records, viewContext(elements[i]));
+    const figure = v.build(records, { ...viewContext(elements[i]), shown, minText: page.stage.minText });
     // for tests: the latest step drawn, and the one shown as the current step (shown_step.js)
     figure.layout.meta = { step: last ? last.step : null, shown: shown.record ? shown.record.step : null };
     window.Plotly.react(elements[i], figure.data, figure.layout, { displayModeBar: false, responsive: false });
@@ -137,7 +142,11 @@ async function start() {
   page.autopsy = startAutopsy(document, { book: page.lanes, view: () => viewContext(null),
     until: () => (page.state.records.length ? page.state.records[page.state.records.length - 1].step : Infinity) });
   page.compare = startCompare(document, { view: () => viewContext(null) });
+  page.stage = startStage(document, window, () => dispatch({ type: "redraw" }));
+  page.keys = startStageKeys(document, { stage: page.stage, state: () => page.state, t: () => page.t,
+    look: (until) => dispatch({ type: "look", until }) });
   whenPresent(addLanguageSwitch);
+  whenPresent(() => page.stage.attach());
   whenPresent(() => page.compare.attach());
   whenPresent(() => {
     if (!document.getElementById("bs-replay")) return false;

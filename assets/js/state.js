@@ -8,7 +8,9 @@
 // changed since the page last drew: ``views`` (the figures) and ``cards`` (the request ids whose
 // text card changed). A record marks a card dirty only when it changed that request's state.
 // Local messages, not from the server: {type: "drawn"} (the page drew: nothing is dirty) and
-// {type: "redraw"} (size or language changed: everything is).
+// {type: "redraw"} (size or language changed: everything is). ``until`` is the step the views
+// look back at while the engine is paused ({type: "look", until}: look_back.js), null for
+// live; a new record brings the views back to the newest.
 
 import { followStep, NOTHING_SHOWN } from "./shown_step.js";
 
@@ -16,7 +18,7 @@ export const HISTORY = 40;
 export const MAX_REQUESTS = 256;
 
 export function initialState() {
-  return { viewer: null, meta: null, status: null, requests: new Map(), records: [], shown: NOTHING_SHOWN,
+  return { viewer: null, meta: null, status: null, requests: new Map(), records: [], shown: NOTHING_SHOWN, until: null,
     dirty: { views: false, cards: new Set(), all: false } };
 }
 
@@ -26,6 +28,7 @@ export function reduce(state, message) {
     case "frame": return frame(state, message);
     case "drawn": return { ...state, dirty: { views: false, cards: new Set(), all: false } };
     case "redraw": return { ...state, dirty: { ...state.dirty, views: true, all: true } };
+    case "look": return { ...state, until: message.until, dirty: { ...state.dirty, views: true } };
     case "ping": return state;
     default: return message.status ? { ...state, status: message.status } : state;
   }
@@ -35,7 +38,7 @@ function snapshot(state, message) {
   const requests = new Map();
   for (const entry of message.requests || []) requests.set(entry.request_id, fromBook(entry));
   const next = { viewer: message.viewer ?? state.viewer, meta: message.meta ?? state.meta,
-    status: message.status ?? state.status, requests, records: [], shown: NOTHING_SHOWN,
+    status: message.status ?? state.status, requests, records: [], shown: NOTHING_SHOWN, until: null,
     dirty: { views: true, cards: new Set(), all: true } };
   addRecords(next, message.records || []);
   return next;
@@ -113,6 +116,7 @@ function addRecords(state, records) {
     last = record.step;
     state.records.push(record);
     state.shown = followStep(state.shown, record);
+    state.until = null;
     state.dirty.views = true;
     for (const [rid, info] of Object.entries(record.requests || {})) applyProgress(state, rid, info, record);
   }

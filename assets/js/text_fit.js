@@ -30,10 +30,11 @@ export function textWidth(html, size) {
 
 // ``parts`` (Plotly HTML strings, or {text, before, lead}: joined with ``before`` instead of
 // ``separator``, and led by ``lead`` when it starts a line) wrapped into at most ``maxLines``
-// lines of at most ``width`` px. Returns {text, lines, hover}: ``hover`` is the whole plain
-// text when something had to be cut.
+// lines of at most ``width`` px; a plain part wider than a whole line breaks at its spaces.
+// Returns {text, lines, hover}: ``hover`` is the whole plain text when something had to be cut.
 export function fitParts(parts, { width, size, separator = " · ", maxLines = 2 }) {
-  const items = parts.filter(Boolean).map((p) => (typeof p === "string" ? { text: p, before: separator } : p));
+  const items = parts.filter(Boolean).map((p) => (typeof p === "string" ? { text: p, before: separator } : p))
+    .flatMap((item) => words(item, width, size));
   const lines = [];
   let current = "";
   for (const { text, before, lead = "" } of items) {
@@ -51,6 +52,12 @@ export function fitParts(parts, { width, size, separator = " · ", maxLines = 2 
   });
   if (lines.length > maxLines) kept[kept.length - 1] = shorten(`${kept[kept.length - 1]} …`, width, size);
   return { text: kept.join("<br>"), lines: kept.length, hover: cut ? whole : null };
+}
+
+// ``item`` as it is, or as its words when it is plain text wider than ``width`` px.
+function words(item, width, size) {
+  if (item.text.includes("<") || !item.text.includes(" ") || textWidth(item.text, size) <= width) return [item];
+  return item.text.split(" ").map((text, i) => (i ? { text, before: " " } : { ...item, text }));
 }
 
 // One line of at most ``width`` px: the plain text cut with "…" (markup is dropped, then

@@ -151,3 +151,14 @@ function clippedInput(el) {
   const needs = context.measureText(el.value).width;
   return needs > end - start + 1 ? { text: el.value, shown: [Math.round(end - start)], needs: [Math.round(needs)] } : null;
 }
+
+// Every text a view drew, with its font size in px as drawn (the smallest of its own and its
+// spans'): [[text, px]]. Hidden texts (a bar too narrow for its label) are not drawn.
+function drawnTextSizes(id) {
+  const gd = figureOf(id);
+  if (!gd) return [];
+  const px = (el) => parseFloat(getComputedStyle(el).fontSize);
+  return [...gd.querySelectorAll("text")]
+    .filter((el) => el.textContent.trim() && el.getBoundingClientRect().width > 0 && !el.closest(".hoverlayer"))
+    .map((el) => [el.textContent, Math.min(px(el), ...[...el.querySelectorAll("tspan")].map(px))]);
+}

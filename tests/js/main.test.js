@@ -24,7 +24,7 @@ function fakePage() {
   globalThis.window = { localStorage: null, location: { href: "http://127.0.0.1:7860/" }, addEventListener: ignore,
     requestAnimationFrame: (draw) => draw(), setTimeout: () => 0, clearTimeout: ignore,
     WebSocket: FakeSocket, EventSource: undefined, Plotly: { react: ignore } };
-  globalThis.document = { body: { classList: { add: ignore, remove: ignore } }, documentElement: {},
+  globalThis.document = { body: { classList: { add: ignore, remove: ignore, toggle: ignore } }, documentElement: {},
     addEventListener: ignore, dispatchEvent: ignore, querySelector: () => null,
     getElementById: (id) => elements[id] || null };
   globalThis.MutationObserver = class { observe() {} disconnect() {} };

@@ -19,8 +19,8 @@ from ..live.identity import VisitorIdentity
 from ..traces.recording import Recorder
 from .firing import Firing, Knobs, plan_shot
 from .presenter import ALLOWED, MISSING, WRONG, PresenterAccess
-from .presets import PresetLibrary
-from .strings import PAGE, PageError, Strings
+from .presets import Preset, PresetLibrary
+from .strings import PAGE, PageError, Phrase, Strings
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
@@ -60,7 +60,20 @@ class DashboardHandlers:
         except (ValueError, RuntimeError, PageError) as exc:
             gr.Warning(self.strings.both("not_fired", reason=exc))
             return self.strings.both("not_fired", reason=exc)
+        if not (text or "").strip() and self.access.allows(key):
+            self._warn_unpacked(self.library.presets[preset_id])
         return self.strings.both("fired", count=len(ids), ids=", ".join(ids))
+
+    def _warn_unpacked(self, preset: Preset) -> None:
+        """Whoever may steer fired a preset built to show one packed step (the article's 102
+        rows) under a policy or budget that never shows it: say why and what to change. The
+        shot runs all the same (it still shows the rest of the scenario)."""
+        if self.llm is None:  # attached to another engine: its settings are not ours to read
+            return
+        config = self.llm.config  # (the budget it runs with: raised for a whole prompt when unchunked)
+        why = preset.unpacked_by(config.policy, config.max_num_batched_tokens)
+        if why is not None:
+            gr.Warning(self.strings.both(why.key, **why.fields))
 
     # ---- presenter -------------------------------------------------------------------------
     def pause(self, key: str) -> str:
@@ -78,7 +91,10 @@ class DashboardHandlers:
 
     def slow(self, ms: float, key: str) -> str:
         def slow_down() -> str:
-            self.llm.set_min_step_interval(float(ms) / 1000)
+            try:
+                self.llm.set_min_step_interval(float(ms) / 1000)
+            except ValueError as exc:
+                return self._not_applied(exc)
             return self.strings.both("slow_motion_on", ms=int(ms)) if ms else \
                 self.strings.both("full_speed")
         return self._keyed(key, slow_down)
@@ -91,11 +107,33 @@ class DashboardHandlers:
             self.llm.reconfigure(policy=policy, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
                                  batch_invariant=invariant)
         except ValueError as exc:
-            gr.Warning(self.strings.both("not_applied", reason=exc))
-            return self.strings.both("not_applied", reason=exc)
-        return self.strings.both("applied", policy=policy, chunked=self.strings.both("on" if chunked else "off"),
-                                 invariant=self.strings.both("on" if invariant else "off"),
+            return self._not_applied(exc)
+        return self.strings.both("applied", policy=policy, chunked=Phrase("on" if chunked else "off"),
+                                 invariant=Phrase("on" if invariant else "off"),
                                  budget=effective_budget(self.llm, budget, chunked))
+
+    def budget_range(self) -> dict:
+        """The budget field's range, said under it once the engine knows it (asked on each page
+        load: the page is built while the model may still load)."""
+        cap = self.llm.config.max_token_budget
+        return gr.update(info=self.strings.both("token_budget_range", max=cap)) if cap else gr.update()
+
+    def fresh_run(self, key: str) -> str:
+        """The engine forgets its idle prefix cache, so a demo fired again (chunked prefill,
+        prefix caching) computes its prompts in full, as it did the first time."""
+        def reset() -> str:
+            try:
+                freed = self.llm.reset_prefix_cache()
+            except (RuntimeError, TimeoutError) as exc:  # not ready, dead, or busy too long
+                return self._not_applied(exc)
+            return self.strings.both("fresh_run_done", blocks=freed)
+        return self._keyed(key, reset)
+
+    def _not_applied(self, reason: Exception) -> str:
+        """A control the engine refused: the status text, also shown as a warning."""
+        message = self.strings.both("not_applied", reason=reason)
+        gr.Warning(message)
+        return message
 
     # ---- recording -------------------------------------------------------------------------
     def record(self, on: bool, key: str, request: gr.Request) -> tuple:

@@ -24,6 +24,7 @@ FIRE_CONCURRENCY = 16  # several visitors may fire at once
 CACHE_CLEANUP = (3600, 3600)  # Gradio deletes its copies of downloads older than an hour
 # Icons: plain glyphs the fonts of `make browser` (fonts-wqy-microhei) have.
 PAUSE, STEP, PLAY, RECORD = "‖", "⇥", "▶", "●"
+STAGE_OFF = ["bs-stage-off"]  # controls the stage layout (?layout=stage, assets/stage.css) leaves out
 
 
 @dataclass
@@ -55,6 +56,7 @@ class SteeringControls:
     chunked: gr.Checkbox
     invariant: gr.Checkbox
     apply: gr.Button
+    fresh: gr.Button  # forgets the prefix cache, so a demo fired again runs as the first time
 
 
 @dataclass
@@ -69,7 +71,7 @@ class PresenterControls:
 def build_ui(handlers: DashboardHandlers) -> gr.Blocks:
     with gr.Blocks(title=PAGE.en("title"), delete_cache=CACHE_CLEANUP) as demo:
         gr.HTML(_header_html(), elem_id="bs-header-wrap")
-        with gr.Row(equal_height=False):
+        with gr.Row(equal_height=False, elem_id="bs-main"):
             with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
                 firing = _firing_controls(handlers.library)
                 presenter = _presenter_controls(handlers)
@@ -95,6 +97,8 @@ def _wire(demo: gr.Blocks, handlers: DashboardHandlers, firing: FiringControls,
         steer.slow.release(handlers.slow, [steer.slow, key], status, api_name="slow")
         steer.apply.click(handlers.apply, [steer.policy, steer.budget, steer.chunked, steer.invariant, key],
                           status, api_name="apply")
+        steer.fresh.click(handlers.fresh_run, key, status, api_name="fresh_run")
+        demo.load(handlers.budget_range, None, steer.budget, show_progress="hidden", api_visibility="private")
     presenter.record.input(handlers.record, [presenter.record, key],
                            [presenter.record, presenter.download, status], api_name="record")
     demo.unload(handlers.tab_closed)
@@ -104,16 +108,19 @@ def _firing_controls(library) -> FiringControls:
     preset = library.default
     return FiringControls(
         preset=gr.Dropdown(library.choices(), value=preset.id, label=PAGE.both("workload")),
-        about=gr.Markdown(preset.description, elem_id="bs-about"),
+        about=gr.Markdown(preset.description, elem_id="bs-about", elem_classes=STAGE_OFF),
         prompt=gr.Textbox(label=PAGE.both("own_prompt"), lines=2, max_lines=6,
-                          placeholder=PAGE.both("own_prompt_placeholder"), elem_id="bs-prompt"),
+                          placeholder=PAGE.both("own_prompt_placeholder"), elem_id="bs-prompt",
+                          elem_classes=STAGE_OFF),
         # precision 0: a typed 3.7 is the 4 the slider shows, and reaches the handler as an int
-        count=gr.Slider(1, 16, value=preset.count, step=1, precision=0, label=PAGE.both("requests")),
+        count=gr.Slider(1, 16, value=preset.count, step=1, precision=0, label=PAGE.both("requests"),
+                        elem_classes=STAGE_OFF),
         max_tokens=gr.Slider(1, 256, value=preset.max_tokens, step=1, precision=0,
-                             label=PAGE.both("max_tokens")),
+                             label=PAGE.both("max_tokens"), elem_classes=STAGE_OFF),
         temperature=gr.Slider(0, 1.5, value=preset.temperature, step=0.05,
-                              label=PAGE.both("temperature")),
-        spacing=gr.Slider(0, 2000, value=preset.spacing_ms, step=50, label=PAGE.both("spacing")),
+                              label=PAGE.both("temperature"), elem_classes=STAGE_OFF),
+        spacing=gr.Slider(0, 2000, value=preset.spacing_ms, step=50, label=PAGE.both("spacing"),
+                          elem_classes=STAGE_OFF),
         fire=gr.Button(PAGE.both("fire"), variant="primary", elem_id="bs-fire"),
         status=gr.Markdown(elem_id="bs-fire-status"),
     )
@@ -125,7 +132,7 @@ def _presenter_controls(handlers: DashboardHandlers) -> PresenterControls:
         key = gr.Textbox(type="password", visible=access.key is not None,
                          label=PAGE.both("presenter_key"), elem_id="bs-key")
         steering = _steering_controls(handlers.llm.config) if handlers.llm is not None else None
-        with gr.Row():
+        with gr.Row(elem_classes=STAGE_OFF):
             record = gr.Checkbox(False, label=f"{RECORD} {PAGE.both('record')}",
                                  elem_id="bs-record")
             download = gr.DownloadButton(PAGE.both("download_trace"), size="sm",
@@ -141,23 +148,26 @@ def _steering_controls(config) -> SteeringControls:
         pause = gr.Button(f"{PAUSE} {PAGE.both('pause')}", size="sm", elem_id="bs-pause")
         step = gr.Button(f"{STEP} {PAGE.both('step')}", size="sm", elem_id="bs-step")
         resume = gr.Button(f"{PLAY} {PAGE.both('resume')}", size="sm", elem_id="bs-resume")
+    gr.HTML('<div id="bs-stage-keys" aria-live="polite"></div>', elem_id="bs-stage-keys-wrap")  # js/stage_keys.js
     slow = gr.Slider(0, 2000, value=0, step=50, elem_id="bs-slow", label=PAGE.both("slow_motion"))
-    policy = gr.Radio(list(POLICIES), value=config.policy, label=PAGE.both("policy"))
+    policy = gr.Radio(list(POLICIES), value=config.policy, label=PAGE.both("policy"), elem_classes=STAGE_OFF)
     budget = gr.Number(value=config.max_num_batched_tokens, precision=0, minimum=1,
-                       label=PAGE.both("token_budget"))
-    chunked = gr.Checkbox(value=config.enable_chunked_prefill, label=PAGE.both("chunked_prefill"))
+                       label=PAGE.both("token_budget"), elem_classes=STAGE_OFF)
+    chunked = gr.Checkbox(value=config.enable_chunked_prefill, label=PAGE.both("chunked_prefill"),
+                          elem_classes=STAGE_OFF)
     invariant = gr.Checkbox(value=config.batch_invariant, label=PAGE.both("batch_invariant"),
                             interactive=config.for_device().attention_backend == "cpu",  # (maybe not loaded yet)
-                            elem_id="bs-invariant")
-    apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply")
-    return SteeringControls(pause, step, resume, slow, policy, budget, chunked, invariant, apply)
+                            elem_id="bs-invariant", elem_classes=STAGE_OFF)
+    apply = gr.Button(PAGE.both("apply"), size="sm", elem_id="bs-apply", elem_classes=STAGE_OFF)
+    fresh = gr.Button(PAGE.both("fresh_run"), size="sm", elem_id="bs-fresh-run", elem_classes=STAGE_OFF)
+    return SteeringControls(pause, step, resume, slow, policy, budget, chunked, invariant, apply, fresh)
 
 
 def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
     """The same page for a replayed trace: the replay bar replaces firing and presenter."""
     with gr.Blocks(title=f"{PAGE.en('title')} · {PAGE.both('replay')}: {channels.name}") as demo:
         gr.HTML(_header_html(), elem_id="bs-header-wrap")
-        with gr.Row(equal_height=False):
+        with gr.Row(equal_height=False, elem_id="bs-main"):
             with gr.Column(scale=1, min_width=290, elem_id="bs-controls"):
                 gr.HTML(_replay_bar_html(), elem_id="bs-replay-wrap")
                 gr.Markdown(_trace_about(channels), elem_id="bs-about")
@@ -166,9 +176,9 @@ def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
 
 
 def _view_columns() -> None:
-    with gr.Column(scale=4, min_width=640):
+    with gr.Column(scale=4, min_width=640, elem_id="bs-views-col"):
         gr.HTML(_views_html(), elem_id="bs-views-wrap")
-    with gr.Column(scale=2, min_width=300):
+    with gr.Column(scale=2, min_width=300, elem_id="bs-texts-col"):
         gr.HTML(_texts_html(), elem_id="bs-texts-wrap")
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import ASSETS
+from .strings import Phrase
 
 PRESETS_PATH = ASSETS / "presets.json"
 
@@ -51,6 +52,29 @@ class Preset:
         """What the page shows about the preset, its whole title first, in both languages
         (Markdown)."""
         return f"**{self.title}**: {self.about}\n\n**{self.title_zh}**：{self.about_zh}"
+
+    @property
+    def packed_step_rows(self) -> int | None:
+        """The rows of the one step a fixed shot whose last request arrives once the others
+        decode is built to show: each earlier request's decode packed with the last one's whole
+        prefill (the article's 1 + 1 + 100 = 102). None for any other preset."""
+        last = self.requests[-1]
+        if not (self.fixed and last.after_decoding and last.tokens):
+            return None
+        return len(self.requests) - 1 + last.tokens
+
+    def unpacked_by(self, policy: str, token_budget: int) -> Phrase | None:
+        """Why an engine with this ``policy`` and ``token_budget`` (the one it runs with, raised
+        for a whole prompt when chunking is off) never shows that step, with what to change; None
+        when it can (or the preset has no such step)."""
+        rows = self.packed_step_rows
+        if rows is None:
+            return None
+        if policy != "mixed":  # prefill_first runs a step of prefills alone
+            return Phrase("packed_needs_mixed", rows=rows, policy=policy)
+        if token_budget < rows:  # the last prompt's prefill is cut into chunks
+            return Phrase("packed_needs_budget", rows=rows, budget=token_budget)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

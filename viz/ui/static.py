@@ -23,6 +23,7 @@ HEAD = (
     '<script src="/plotly.min.js"></script>\n'
     '<link rel="stylesheet" href="/batchscope/dashboard.css">\n'
     '<link rel="stylesheet" href="/batchscope/panels.css">\n'
+    '<link rel="stylesheet" href="/batchscope/stage.css">\n'
     '<script type="module" src="/batchscope/js/main.js"></script>\n'
 )
 REPLAY_HEAD = HEAD  # js/main.js starts the replay bar when the page has one

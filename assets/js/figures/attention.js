@@ -3,8 +3,8 @@
 // band: its cached keys (attended by every row) compressed into a hatched block when long, then
 // this step's keys at full scale (a triangle for a prefill, one row for a decode). Key-count
 // labels are thinned by their pixel width so that no two overlap.
-import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, kindText, LINE_PX, rowsText,
-  titleAnnotation } from "./common.js";
+import { axis, axisTitle, baseLayout, colorOf, emptyFigure, esc, grownBy, kindText, LINE_PX, rowsText,
+  textPx, titleAnnotation } from "./common.js";
 import { textWidth } from "../text_fit.js";
 
 const MARGIN = { l: 72, r: 16 };  // l: tick labels and a y title of up to two lines
@@ -16,23 +16,25 @@ export function attention(records, view) {
   const bands = layoutBands(record);
   const header = titleAnnotation(headerParts(record), { widthPx: view.size.width - 8,
     hover: fullLists(record) });
-  header.annotation.xshift = -MARGIN.l + 4;
-  const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
+  const left = MARGIN.l + grownBy(view, 13) + 2 * grownBy(view, 12);  // y tick labels, a y title of 2 lines
+  header.annotation.xshift = -left + 4;
+  const plotWidth = view.size.width - left - MARGIN.r;
   const compressed = bands.some((b, i) => b.keysStart - b.start < record.segments[i].num_cached);
-  const xTitle = axisTitle([...view.t.parts("attention.x"), ...(compressed ? view.t.parts("attention.x_note") : [])],
+  const xTitle = axisTitle(view, [...view.t.parts("attention.x"), ...(compressed ? view.t.parts("attention.x_note") : [])],
     plotWidth, 3);
-  const margin = { ...MARGIN, t: header.height, b: LINE_PX + 8 + xTitle.lines * 16 };
+  const tickPx = textPx(view, TICK_SIZE);
+  const margin = { ...MARGIN, l: left, t: header.height, b: LINE_PX + grownBy(view, TICK_SIZE) + 8 + xTitle.height };
   const plotHeight = view.size.height - margin.t - margin.b;
-  const yTitle = axisTitle(view.t.parts("attention.y"), plotHeight);
+  const yTitle = axisTitle(view, view.t.parts("attention.y"), plotHeight);
   const notes = segmentNotes(record, bands, view, plotHeight);
-  const range = xRange(bands, [...notes, lastLabel(record, bands)], plotWidth);
-  const ticks = keyTicks(record, bands, view, plotWidth / range);
+  const range = xRange(bands, [...notes, lastLabel(record, bands, tickPx)], plotWidth);
+  const ticks = keyTicks(record, bands, view, plotWidth / range, tickPx);
   const data = record.segments.flatMap((s, i) => segmentTraces(s, bands[i], view));
   return { ids: record.segments.map((s) => s.request_id), data, layout: baseLayout(view, {
     margin,
-    xaxis: axis({ range: [0, range], tickvals: ticks.values, ticktext: ticks.text, tickfont: { size: TICK_SIZE },
+    xaxis: axis({ range: [0, range], tickvals: ticks.values, ticktext: ticks.text, tickfont: { size: tickPx },
       title: { ...xTitle, standoff: 6 }, zeroline: false, showgrid: false }),
-    yaxis: axis({ range: [record.num_rows, 0], tickvals: rowTicks(record.cu_seqlens_q, plotHeight, record.num_rows),
+    yaxis: axis({ range: [record.num_rows, 0], tickvals: rowTicks(record.cu_seqlens_q, plotHeight, record.num_rows, view),
       showgrid: false, zeroline: false, tickformat: "d", title: yTitle }),
     annotations: [header.annotation, ...notes.map((n) => n.annotation)],
   }) };
@@ -89,13 +91,13 @@ function staircase(x0, r0, n) {
 
 // "A 100×101" right of a segment tall enough to hold a line of text.
 function segmentNotes(record, bands, view, plotHeight) {
-  const pxPerRow = plotHeight / Math.max(1, record.num_rows);
+  const pxPerRow = plotHeight / Math.max(1, record.num_rows), size = textPx(view, NOTE_SIZE);
   return record.segments.flatMap((s, i) => {
-    if (s.num_rows * pxPerRow < LINE_PX) return [];
+    if (s.num_rows * pxPerRow < LINE_PX + grownBy(view, NOTE_SIZE)) return [];
     const text = ` ${esc(s.request_id)} ${s.num_rows}×${s.num_keys}`;
-    return [{ end: bands[i].end, width: textWidth(text, NOTE_SIZE) + 4, annotation: { x: bands[i].end,
+    return [{ end: bands[i].end, width: textWidth(text, size) + 4, annotation: { x: bands[i].end,
       y: s.row_start + s.num_rows / 2, xanchor: "left", showarrow: false, text,
-      font: { color: colorOf(view, s.request_id), size: NOTE_SIZE } } }];
+      font: { color: colorOf(view, s.request_id), size } } }];
   });
 }
 
@@ -106,20 +108,20 @@ function xRange(bands, notes, plotWidth) {
   return range;
 }
 
-// The last key label, centred on the last band's end, may reach into the right margin.
-function lastLabel(record, bands) {
+// The last key label (``size`` px), centred on the last band's end, may reach into the right margin.
+function lastLabel(record, bands, size) {
   const s = record.segments[record.segments.length - 1];
-  return { end: bands[bands.length - 1].end, width: textWidth(`${esc(s.request_id)} ${s.num_keys}`, TICK_SIZE) / 2 + 3 - MARGIN.r };
+  return { end: bands[bands.length - 1].end, width: textWidth(`${esc(s.request_id)} ${s.num_keys}`, size) / 2 + 3 - MARGIN.r };
 }
 
 // One tick per band end ("A 501": the request's key count), kept only where its label clears
-// the previous kept label and the plot's edges.
-function keyTicks(record, bands, view, pxPerUnit) {
+// the previous kept label and the plot's edges (labels of ``size`` px).
+function keyTicks(record, bands, view, pxPerUnit, size) {
   const values = [], text = [];
   let lastRight = 0;
   record.segments.forEach((s, i) => {
     const label = `${esc(s.request_id)} ${s.num_keys}`;
-    const half = textWidth(label, TICK_SIZE) / 2 + 3, x = bands[i].end * pxPerUnit;
+    const half = textWidth(label, size) / 2 + 3, x = bands[i].end * pxPerUnit;
     if (x - half < lastRight) return;
     values.push(bands[i].end);
     text.push(`<span style="color:${colorOf(view, s.request_id)}">${esc(s.request_id)}</span> ${s.num_keys}`);
@@ -129,8 +131,8 @@ function keyTicks(record, bands, view, pxPerUnit) {
 }
 
 // cu_seqlens_q, thinned where two would be closer than a label's height.
-function rowTicks(cu, plotHeight, total) {
-  const minGap = (14 * Math.max(1, total)) / Math.max(1, plotHeight);
+function rowTicks(cu, plotHeight, total, view) {
+  const minGap = ((14 + grownBy(view, 13)) * Math.max(1, total)) / Math.max(1, plotHeight);
   const ticks = [];
   for (const v of cu) if (!ticks.length || v - ticks[ticks.length - 1] >= minGap) ticks.push(v);
   return ticks;

@@ -1,7 +1,7 @@
 // 2. Block tables (each scheduled request's logical -> physical blocks) and the whole KV pool
 // (owner colour, free, cached, shared). A pool too large to ship per step (kv.ref_counts null,
 // schema v2) is drawn as counts only.
-import { axis, baseLayout, colorIndex, emptyFigure, esc, THEME, titleAnnotation } from "./common.js";
+import { axis, baseLayout, colorIndex, emptyFigure, esc, grownBy, linePx, textPx, THEME, titleAnnotation } from "./common.js";
 import { rankOf } from "../shown_step.js";
 import { fitParts, textWidth } from "../text_fit.js";
 
@@ -12,27 +12,28 @@ export function blockTables(records, view) {
   const record = view.shown.record;
   if (!record) return emptyFigure(view, view.t("empty.blocks"));
   const ids = Object.keys(record.block_tables).slice(0, MAX_TABLES);
-  const margin = { l: Math.min(120, Math.max(40, ...ids.map((rid) => textWidth(esc(rid), 11) + 12))), r: 12 };
+  const tickPx = textPx(view, 11), titlePx = textPx(view, 12);
+  const margin = { l: Math.min(120, Math.max(40, ...ids.map((rid) => textWidth(esc(rid), tickPx) + 12))), r: 12 };
   const plotWidth = view.size.width - margin.l - margin.r;
   const titles = panelTitles(record, view, ids.length, margin, plotWidth);
   const t = view.t;
   const tables = tableCells(record, view, ids);
   const logical = fitParts([...t.parts("blocks.logical"), ...(tables.shared.x.length ? t.parts("blocks.shared") : [])],
-    { width: plotWidth * (TABLES[1] - TABLES[0]), size: 12, maxLines: 3 });
-  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: 12, maxLines: 5 });
-  Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * 16 + 24 });
+    { width: plotWidth * (TABLES[1] - TABLES[0]), size: titlePx, maxLines: 3 });
+  const legend = fitParts(legendParts(record, view), { width: plotWidth * (POOL[1] - POOL[0]), size: titlePx, maxLines: 5 });
+  Object.assign(margin, { t: titles.height, b: Math.max(legend.lines, logical.lines) * linePx(titlePx) + 24 + grownBy(view, 13) });
   const plotHeight = view.size.height - margin.t - margin.b;
   const tableCell = cellPixels(plotWidth * (TABLES[1] - TABLES[0]), plotHeight, tables.columns, ids.length);
-  const data = [tablesTrace(tables, ids, tableCell, view.meta), sharedMarkers(tables, tableCell)];
+  const data = [tablesTrace(tables, ids, tableCell, view), sharedMarkers(tables, tableCell)];
   const pool = record.kv.ref_counts ? poolTrace(record, view, plotWidth, plotHeight) : null;
   if (pool) data.push(pool);
   return { ids, data, layout: baseLayout(view, {
     margin,
-    xaxis: axis({ domain: TABLES, title: { text: logical.text, standoff: 4, font: { size: 12 } },
+    xaxis: axis({ domain: TABLES, title: { text: logical.text, standoff: 4, font: { size: titlePx } },
       showgrid: false, zeroline: false, tickformat: "d" }),
-    yaxis: axis({ autorange: "reversed", showgrid: false, type: "category", tickfont: { size: 11 } }),
+    yaxis: axis({ autorange: "reversed", showgrid: false, type: "category", tickfont: { size: tickPx } }),
     xaxis2: axis({ domain: POOL, anchor: "y2", showticklabels: false, showgrid: false, zeroline: false,
-      title: { text: legend.text, standoff: 4, font: { size: 12 } } }),
+      title: { text: legend.text, standoff: 4, font: { size: titlePx } } }),
     yaxis2: axis({ anchor: "x2", autorange: "reversed", showticklabels: false, showgrid: false,
       zeroline: false, scaleanchor: pool ? "x2" : undefined }),
     annotations: [...titles.annotations, ...(pool ? [] : [countsOnly(record, view)])],
@@ -91,11 +92,13 @@ function tableCells(record, view, ids) {
   return { z, text, hover, shared, columns };
 }
 
-function tablesTrace(tables, ids, cell, meta) {
+// Block ids are written in cells of at least two lines of their text.
+function tablesTrace(tables, ids, cell, view) {
+  const size = textPx(view, 11);
   return { type: "heatmap", z: tables.z, text: tables.text, customdata: tables.hover,
     x: [...Array(tables.columns).keys()], y: ids.map(esc), xaxis: "x", yaxis: "y",
-    ...colorRange(meta), showscale: false, xgap: 2, ygap: 3, meta: { role: "tables", ids },
-    texttemplate: cell >= 22 ? "%{text}" : "", textfont: { size: 11, color: THEME.outline },
+    ...colorRange(view.meta), showscale: false, xgap: 2, ygap: 3, meta: { role: "tables", ids },
+    texttemplate: cell >= 2 * size ? "%{text}" : "", textfont: { size, color: THEME.outline },
     hovertemplate: "%{customdata}<extra></extra>" };
 }
 
@@ -131,16 +134,16 @@ function poolTrace(record, view, plotWidth, plotHeight) {
     }
     z.push(zr); text.push(tr); hover.push(hr);
   }
-  const cell = cellPixels(plotWidth * (POOL[1] - POOL[0]), plotHeight, cols, z.length);
+  const cell = cellPixels(plotWidth * (POOL[1] - POOL[0]), plotHeight, cols, z.length), size = textPx(view, 9);
   return { type: "heatmap", z, text, customdata: hover, xaxis: "x2", yaxis: "y2", ...colorRange(view.meta),
-    showscale: false, xgap: 1, ygap: 1, texttemplate: cell >= 18 ? "%{text}" : "", meta: { role: "pool" },
-    textfont: { size: 9, color: THEME.outline }, hovertemplate: "%{customdata}<extra></extra>" };
+    showscale: false, xgap: 1, ygap: 1, texttemplate: cell >= 2 * size ? "%{text}" : "", meta: { role: "pool" },
+    textfont: { size, color: THEME.outline }, hovertemplate: "%{customdata}<extra></extra>" };
 }
 
 function countsOnly(record, view) {
   const kv = record.kv;
   return { xref: "x2 domain", yref: "y2 domain", x: 0.5, y: 0.5, showarrow: false,
-    font: { size: 13, color: THEME.muted }, text: esc(view.t("blocks.counts_only",
+    font: { size: textPx(view, 13), color: THEME.muted }, text: esc(view.t("blocks.counts_only",
       { n: kv.num_blocks, used: kv.num_blocks - kv.num_free, free: kv.num_free, cached: kv.num_cached })) };
 }
 

@@ -2,6 +2,8 @@
 // ids}, where ``view`` = {meta (palette, phases: from the server's snapshot), requests (the
 // state's entries, for colours), t (strings), size ({width, height} of the figure in px)} and
 // ``ids`` lists the request ids it drew. Colours are the server's; the theme's greys are here.
+// ``view.minText`` (the stage layout's 14 px, for a projector; else none) raises every text
+// size a builder draws (textPx), and the margins that hold a text grow with it (grownBy).
 import { escapeText, fitParts } from "../text_fit.js";
 
 export const THEME = { text: "#d8dee9", muted: "#8892a6", grid: "#2b3345", plot: "#111722",
@@ -11,10 +13,26 @@ export const TITLE_SIZE = 14;
 export const LINE_PX = 18;  // one line of 14 px text
 export const esc = escapeText;
 
+// A text of ``size`` px as this view draws it: at least view.minText.
+export function textPx(view, size) {
+  return Math.max(size, view.minText || 0);
+}
+
+// How many px a line of ``size`` px text grew in this view (its box is 1.3 times its size): a
+// margin that holds it grows as much.
+export function grownBy(view, size) {
+  return Math.ceil(1.3 * (textPx(view, size) - size));
+}
+
+// One line of text of ``size`` px: 16 for 12 px, LINE_PX for 14 px.
+export function linePx(size) {
+  return size + 4;
+}
+
 export function baseLayout(view, extra) {
   return { paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: THEME.plot,
-    font: { color: THEME.text, size: 13, family: FONT }, showlegend: false, autosize: true,
-    hoverlabel: { font: { size: 13, family: FONT } }, uirevision: "keep",
+    font: { color: THEME.text, size: textPx(view, 13), family: FONT }, showlegend: false, autosize: true,
+    hoverlabel: { font: { size: textPx(view, 13), family: FONT } }, uirevision: "keep",
     width: view.size.width, height: view.size.height, ...extra };
 }
 
@@ -82,10 +100,11 @@ export function titleAnnotation(parts, { widthPx, x = 0, xanchor = "left", maxLi
   return { annotation, height: fit.lines * LINE_PX + 14 };
 }
 
-// An axis title fitted along ``lengthPx`` (wrapped between its parts, at most ``maxLines``).
-export function axisTitle(parts, lengthPx, maxLines = 2) {
-  const fit = fitParts(parts, { width: lengthPx, size: 12, maxLines });
-  return { text: fit.text, lines: fit.lines, font: { size: 12 } };
+// An axis title fitted along ``lengthPx`` (wrapped between its parts, at most ``maxLines``);
+// ``height``: its lines' px.
+export function axisTitle(view, parts, lengthPx, maxLines = 2) {
+  const size = textPx(view, 12), fit = fitParts(parts, { width: lengthPx, size, maxLines });
+  return { text: fit.text, lines: fit.lines, font: { size }, height: fit.lines * linePx(size) };
 }
 
 // A step axis: whole steps only (never fractions), a tick at least every 48 px. The range is
@@ -123,11 +142,12 @@ export function countAxis(top, ticks, extra) {
 }
 
 // The budget as a dashed line across a count chart (x: ``xaxis``, y: ``yaxis``), labelled "budget N".
-export function budgetLine(budget, { xaxis, yaxis }, t) {
+export function budgetLine(budget, { xaxis, yaxis }, view) {
   if (budget === null) return { shapes: [], annotations: [] };
   const line = { type: "line", xref: `${xaxis} domain`, yref: yaxis, x0: 0, x1: 1, y0: budget, y1: budget,
     line: { color: THEME.accent, width: 1, dash: "dash" }, name: "budget" };
   const label = { xref: `${xaxis} domain`, yref: yaxis, x: 1, y: budget, xanchor: "right", yanchor: "bottom",
-    showarrow: false, name: "budget", font: { size: 11, color: THEME.accent }, text: esc(t("chart.budget_line", { budget })) };
+    showarrow: false, name: "budget", font: { size: textPx(view, 11), color: THEME.accent },
+    text: esc(view.t("chart.budget_line", { budget })) };
   return { shapes: [line], annotations: [label] };
 }

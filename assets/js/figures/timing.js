@@ -1,9 +1,10 @@
 // 4. Timing: each step's phase times (the source's phases, colours from the server), rows per
 // step against the rows a padded batch would need, and generated tokens per second.
-import { axis, baseLayout, budgetLine, countAxis, countScale, emptyFigure, esc, LINE_PX, stepAxis, THEME } from "./common.js";
+import { axis, baseLayout, budgetLine, countAxis, countScale, emptyFigure, esc, grownBy, LINE_PX, linePx, stepAxis, textPx,
+  THEME } from "./common.js";
 import { fitParts, shorten, textWidth } from "../text_fit.js";
 
-const MARGIN = { l: 56, r: 56 };
+const SIDE = 56;  // px each side: y tick labels and a y title
 const OTHER_COLOR = "#a6a6a6", PADDED_COLOR = "#ff6b6b";
 const THROUGHPUT_WINDOW = 10, LEGEND_SIZE = 11;
 
@@ -14,44 +15,59 @@ export function timing(records, view) {
   const phases = phaseBars(records, view);
   const scale = countScale(records.flatMap((r) => [r.num_rows, r.padded_rows]), view.shown.record.token_budget);
   const data = [...phases, rowBars(records, t, scale.cap), paddedLine(records, t, scale.cap), throughputLine(records, throughput, t),
-    ...clippedMarks(records, scale.cap)];
-  const plotWidth = view.size.width - MARGIN.l - MARGIN.r;
-  const stats = fitParts(statsParts(records, view.shown.record, throughput, t), { width: plotWidth, size: 12, maxLines: 3 });
-  const margin = { ...MARGIN, t: legendLines(phases.map((d) => d.name), plotWidth) * 19 + 6,
-    b: LINE_PX + 10 + stats.lines * 16 };
-  const panels = domains(view.size.height - margin.t - margin.b);
+    ...clippedMarks(records, scale.cap, textPx(view, 10))];
+  const parts = { stats: statsParts(records, view.shown.record, throughput, t), phases: phases.map((d) => d.name) };
+  let box = frame(view, parts, 1);
+  if (box.lines > 1) box = frame(view, parts, box.lines);  // room for y titles wrapped between their languages
+  const { plotWidth, stats, margin, panels, titlePx, legendPx } = box;
   const first = Math.min(...steps), last = Math.max(...steps);
-  const budget = budgetLine(scale.budget, { xaxis: "x2", yaxis: "y2" }, t);
-  const yTitle = (key, extra) => ({ text: shorten(t.short(key), panels.px, 12), font: { size: 12, ...extra } });
+  const budget = budgetLine(scale.budget, { xaxis: "x2", yaxis: "y2" }, view);
+  const yTitle = (key, extra) => ({ text: box.titles[key].text, font: { size: titlePx, ...extra } });
   return { ids: [...new Set(records.flatMap((r) => r.segments.map((s) => s.request_id)))], data,
     layout: baseLayout(view, {
       barmode: "stack", showlegend: true, margin,
-      legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom", font: { size: LEGEND_SIZE },
+      legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom", font: { size: legendPx },
         bgcolor: "rgba(0,0,0,0)", traceorder: "normal" },
       xaxis: stepAxis(first, last, plotWidth, { anchor: "y", showticklabels: false, matches: "x2" }),
       yaxis: axis({ domain: panels.top, title: yTitle("timing.ms"), rangemode: "tozero", nticks: panels.ticks }),
       xaxis2: stepAxis(first, last, plotWidth, { anchor: "y2",
-        title: { text: stats.text, standoff: 4, font: { size: 12 } } }),
+        title: { text: stats.text, standoff: 4, font: { size: titlePx } } }),
       yaxis2: countAxis(scale.top, panels.ticks, { domain: panels.bottom, title: yTitle("timing.rows") }),
       yaxis3: axis({ overlaying: "y2", side: "right", showgrid: false, rangemode: "tozero",
         title: yTitle("timing.tps", { color: THEME.accent }), tickfont: { color: THEME.accent }, nticks: panels.ticks }),
-      shapes: budget.shapes, annotations: [rowsKey(t, panels.bottom[1], plotWidth), ...budget.annotations],
+      shapes: budget.shapes, annotations: [rowsKey(t, panels.bottom[1], plotWidth, legendPx), ...budget.annotations],
     }) };
 }
 
-// The key of the lower panel (rows, padded rows, tok/s), in the gap above it.
-function rowsKey(t, y, plotWidth) {
+// The figure's frame: margins, the two panels and their y titles, with room each side for y
+// titles of ``lines`` lines (a title longer than its panel wraps between its languages).
+function frame(view, parts, lines) {
+  const titlePx = textPx(view, 12), legendPx = textPx(view, LEGEND_SIZE);
+  const side = SIDE + grownBy(view, 13) + grownBy(view, 12) + (lines - 1) * linePx(titlePx);
+  const plotWidth = view.size.width - 2 * side;
+  const stats = fitParts(parts.stats, { width: plotWidth, size: titlePx, maxLines: 3 });
+  const margin = { l: side, r: side, t: legendLines(parts.phases, plotWidth, legendPx) * (legendPx + 8) + 6,
+    b: LINE_PX + grownBy(view, 13) + 10 + stats.lines * linePx(titlePx) };
+  const panels = domains(view.size.height - margin.t - margin.b, 46 + grownBy(view, 13) + grownBy(view, LEGEND_SIZE));
+  const titles = Object.fromEntries(["timing.ms", "timing.rows", "timing.tps"].map((key) =>
+    [key, fitParts(view.t.parts(key), { width: panels.px, size: titlePx, separator: "/", maxLines: 2 })]));
+  return { plotWidth, stats, margin, panels, titles, titlePx, legendPx,
+    lines: Math.max(...Object.values(titles).map((title) => title.lines)) };
+}
+
+// The key of the lower panel (rows, padded rows, tok/s), in the gap above it, in ``size`` px.
+function rowsKey(t, y, plotWidth, size) {
   const text = [`<span style="color:${THEME.rows}">■</span> ${t.short("timing.rows")}`,
     `<span style="color:${PADDED_COLOR}">┄●┄</span> ${t.short("timing.padded")}`,
     `<span style="color:${THEME.accent}">━</span> ${t.short("timing.tps")}`].join("   ");
   return { xref: "paper", yref: "paper", x: 0, y, xanchor: "left", yanchor: "bottom", yshift: 2,
-    showarrow: false, font: { size: LEGEND_SIZE }, text: shorten(text, plotWidth, LEGEND_SIZE) };
+    showarrow: false, font: { size }, text: shorten(text, plotWidth, size) };
 }
 
-// The y domains of the two panels, apart by a tick label's height and the lower panel's key,
-// and how many ticks each has room for (one per 28 px).
-function domains(plotHeight) {
-  const h = Math.max(plotHeight, 1), gap = 46 / h, px = (h - 46) / 2;
+// The y domains of the two panels, ``apart`` px (a tick label's height and the lower panel's
+// key), and how many ticks each has room for (one per 28 px).
+function domains(plotHeight, apart) {
+  const h = Math.max(plotHeight, 1), gap = apart / h, px = (h - apart) / 2;
   return { top: [0.5 + gap / 2, 1], bottom: [0, 0.5 - gap / 2], ticks: Math.max(2, Math.floor(px / 28)), px };
 }
 
@@ -78,14 +94,14 @@ const clipAt = (value, cap) => (cap === null ? value : Math.min(value, cap));
 const peak = (r) => Math.max(r.num_rows, r.padded_rows);
 
 // Where a spike was clipped at ``cap``: a mark at the cap on each, the highest's true value written
-// (side by side, the labels would overlap), every one's in its hover (rows / padded rows).
-function clippedMarks(records, cap) {
+// (side by side, the labels would overlap, ``size`` px), every one's in its hover (rows / padded rows).
+function clippedMarks(records, cap, size) {
   const spikes = cap === null ? [] : records.filter((r) => peak(r) > cap);
   if (!spikes.length) return [];
   const top = Math.max(...spikes.map(peak));
   return [{ type: "scatter", mode: "markers+text", x: spikes.map((r) => r.step), y: spikes.map(() => cap),
     text: spikes.map((r) => (peak(r) === top ? `▲${top}` : "")), textposition: "bottom center",
-    textfont: { size: 10, color: THEME.text }, cliponaxis: false, xaxis: "x2", yaxis: "y2", showlegend: false,
+    textfont: { size, color: THEME.text }, cliponaxis: false, xaxis: "x2", yaxis: "y2", showlegend: false,
     marker: { symbol: "triangle-up", size: 8, color: PADDED_COLOR }, meta: { role: "clipped" },
     customdata: spikes.map((r) => [r.num_rows, r.padded_rows]), name: "clipped",
     hovertemplate: "%{x}: %{customdata[0]} / %{customdata[1]}<extra></extra>" }];
@@ -132,13 +148,11 @@ function statsParts(records, shown, throughput, t) {
     t.short("timing.padding", { ratio: packed ? (padded / packed).toFixed(2) : "1.00" })];
 }
 
-// Rows of a horizontal legend: Plotly wraps its items (symbol + text + gap) at the plot width.
-function legendLines(names, width) {
-  let rows = 1, used = 0;
-  for (const name of names) {
-    const item = textWidth(name, LEGEND_SIZE) + 46;
-    if (used && used + item > width) { rows += 1; used = 0; }
-    used += item;
-  }
-  return rows;
+// Rows of a horizontal legend of ``size`` px text as Plotly lays it out: one row when every item
+// (symbol, text, gap) fits the plot's width, else a grid whose columns are the widest item's.
+function legendLines(names, width, size) {
+  const items = names.map((name) => textWidth(name, size) + 40);
+  if (items.reduce((a, b) => a + b, 0) + 5 * (items.length - 1) < width) return 1;
+  const widest = Math.max(...items);
+  return Math.ceil(items.length / Math.max(1, Math.ceil((width - widest) / (widest + 5))));
 }
