@@ -15,7 +15,7 @@ from engine.sampling_params import SamplingParams
 from viz.live.identity import COOKIE, new_visitor_id
 from viz.ui.firing import Firing, Knobs, PlannedRequest, plan_shot
 from viz.ui.presets import load_presets
-from viz.ui.strings import PAGE, PageError
+from viz.ui.strings import PAGE, PageError, unmarked
 
 from support.viewers import dashboard
 
@@ -208,7 +208,7 @@ def test_the_page_exempts_only_a_presenter_who_entered_the_servers_key(fake, ser
                                  recorder=None, access=PresenterAccess(server_key))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        said = handlers.fire("chat", "", 5, 3, 0.0, 0, entered, SimpleNamespace(cookies={}))
+        said = unmarked(handlers.fire("chat", "", 5, 3, 0.0, 0, entered, SimpleNamespace(cookies={})))
     handed = fake.wait_handed(2 if capped else 5)
     time.sleep(0.2)  # (nothing more comes: the rest were not fired)
     assert len(fake.handed) == len(handed) == (2 if capped else 5), said

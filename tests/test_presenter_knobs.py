@@ -17,7 +17,7 @@ from viz.ui.firing import Firing
 from viz.ui.handlers import DashboardHandlers
 from viz.ui.presenter import PresenterAccess
 from viz.ui.presets import load_presets
-from viz.ui.strings import PAGE
+from viz.ui.strings import PAGE, unmarked
 
 
 @dataclass
@@ -60,21 +60,23 @@ def said(call) -> tuple[object, list[str]]:
 
 # ---- bounded knobs -----------------------------------------------------------------------------
 @pytest.mark.parametrize("policy, budget, reason", [
-    ("mixed", 99_999_999, "max_num_batched_tokens must be at most 131072"),
-    ("mixed", 0, "positive integer"),
-    ("fifo", 512, "policy must be one of"),
+    ("mixed", 99_999_999, "1 to 131072 tokens"),  # the page's own words, in both languages
+    ("mixed", 0, "1 至 131072 个 token"),
+    ("fifo", 512, "policy must be one of"),  # (the engine's words: no page offers this policy)
 ])
 def test_apply_refuses_a_knob_the_engine_cannot_take_and_says_why(policy, budget, reason):
     handlers, _ = handlers_for(engine_config())
     message, warned = said(lambda: handlers.apply(policy, budget, True, False, ""))
-    assert message.startswith("Not applied: ") and reason in message and " · 未应用：" in message
     assert warned == [message]
+    message = unmarked(message)
+    assert message.startswith("Not applied: ") and reason in message and " · 未应用：" in message
     assert handlers.llm.config.max_num_batched_tokens == 512 and handlers.llm.config.policy == "mixed"
 
 
 def test_apply_takes_the_largest_budget_a_step_can_hold():
     handlers, _ = handlers_for(engine_config())
-    assert handlers.apply("mixed", 131072, True, False, "").startswith("From the next step: mixed, budget 131072")
+    said = unmarked(handlers.apply("mixed", 131072, True, False, ""))
+    assert said.startswith("From the next step: mixed, budget 131072")
 
 
 def test_the_page_shows_the_budgets_range_once_the_engine_knows_it():
@@ -123,7 +125,7 @@ def test_the_article_preset_warns_when_the_settings_cannot_pack_its_step_and_sti
     handlers, submitter = handlers_for(engine_config(**asked))
     message, warned = fire_article(handlers)
     assert warned == [PAGE.both(key, rows=102, **fields)]
-    assert message.startswith("Fired 3:") and len(submitter.wait_handed(3)) == 3
+    assert unmarked(message).startswith("Fired 3:") and len(submitter.wait_handed(3)) == 3
 
 
 def test_the_warnings_say_why_and_what_to_change_in_both_languages():
@@ -140,7 +142,7 @@ def test_settings_that_pack_the_articles_step_fire_it_without_a_warning(asked):
     """(Chunking off, the engine raises the budget to a whole prompt: C's 100 tokens fit.)"""
     handlers, _ = handlers_for(engine_config(**asked))
     message, warned = fire_article(handlers)
-    assert warned == [] and message.startswith("Fired 3:")
+    assert warned == [] and unmarked(message).startswith("Fired 3:")
 
 
 def test_no_warning_for_a_typed_prompt_or_a_visitor_who_cannot_steer():

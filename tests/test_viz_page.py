@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 
 from viz.ui import page
-from viz.ui.strings import LANGUAGES, STRINGS_PATH, load_strings
+from viz.ui.strings import LANGUAGES, STRINGS_PATH, bilingual, load_strings, unmarked
 
 FONT_FAMILY = "WenQuanYi Micro Hei"
 
@@ -26,8 +26,9 @@ def test_every_page_string_has_both_languages():
     assert set(table) == {"page", "views"}
     for key, texts in table["page"].items():
         assert all(texts.get(lang) for lang in LANGUAGES), key
-    assert load_strings().both("fired", count=2, ids="A1, B2") == \
-        "Fired 2: A1, B2 · 已发射 2 个：A1, B2"
+    fired = load_strings().both("fired", count=2, ids="A1, B2")
+    assert unmarked(fired) == "Fired 2: A1, B2 · 已发射 2 个：A1, B2"
+    assert fired == bilingual("Fired 2: A1, B2", "已发射 2 个：A1, B2")  # marked for the language switch
 
 
 @pytest.mark.skipif(not shutil.which("fc-list"), reason="fontconfig's fc-list is not installed")
@@ -50,9 +51,9 @@ def test_page_errors_are_said_in_each_language():
 
     error = PageError("model_loading")
     assert str(error) == "the model is still loading"
-    assert PAGE.both("not_fired", reason=error) == \
+    assert unmarked(PAGE.both("not_fired", reason=error)) == \
         "Not fired: the model is still loading · 未发射：模型仍在加载"
-    assert PAGE.both("not_fired", reason=ValueError("prompt too long")).endswith(
+    assert unmarked(PAGE.both("not_fired", reason=ValueError("prompt too long"))).endswith(
         "未发射：prompt too long")
 
 
@@ -62,7 +63,7 @@ def test_the_replay_description_says_each_line_in_its_own_language():
     from viz.traces.trace import load_trace
 
     trace_path = next((STRINGS_PATH.parent / "traces").glob("smollm2-*.jsonl.gz"))
-    about = page._trace_about(ReplayChannels(load_trace(trace_path), trace_path.name))
+    about = unmarked(page._trace_about(ReplayChannels(load_trace(trace_path), trace_path.name)))
     settings = next(line for line in about.splitlines() if line.startswith("Policy"))
     english, chinese = settings.split(" · ")
     assert "chunked prefill on" in english and "prefix caching on" in english

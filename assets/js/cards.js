@@ -2,6 +2,7 @@
 // of it, scrollable, expandable) and the generated text. Other visitors' requests show their
 // lengths only. Every user-provided or generated string is set with textContent.
 import { icon } from "./icons.js";
+import { localize } from "./page_language.js";
 import { addSolo, fillSolo, offersSoloCheck } from "./solo.js";
 
 export const MAX_CARDS = 40;
@@ -11,7 +12,8 @@ const LONG_PROMPT_CHARS = 240, LONG_PROMPT_LINES = 3;
 // say why a request in the engine's queue waits).
 export function cardView(entry, t, status = null) {
   const visible = !!entry.visible;
-  const prompt = visible ? entry.label || entry.prompt || "" : t("card.hidden_prompt");
+  // A label the page wrote for a prompt ("100-token prompt") comes in both languages, marked.
+  const prompt = visible ? localize(entry.label || entry.prompt || "", t.lang).text : t("card.hidden_prompt");
   return {
     state: entry.status || "pending", badge: badge(entry, t), why: why(entry, t, status),
     metrics: metrics(entry, t), mine: !!entry.mine,

@@ -11,6 +11,7 @@ import { LaneBook } from "./lanes.js";
 import { viewedHistory } from "./look_back.js";
 import { startReplayBar } from "./replay.js";
 import { startStage } from "./stage.js";
+import { startPageLanguage } from "./page_language.js";
 import { startStageKeys } from "./stage_keys.js";
 import { initialState, reduce } from "./state.js";
 import { LANGUAGES, loadStrings, saveLanguage, savedLanguage, translator } from "./strings.js";
@@ -21,7 +22,7 @@ const SEEN_LIMIT = 256;  // request ids remembered per view, for the tests' debu
 const page = { state: initialState(), table: {}, lang: savedLanguage(window.localStorage),
   t: translator({}), link: "connecting", telemetry: null, drawPending: false,
   seen: Object.fromEntries(VIEWS.map((v) => [v.key, new Set()])), replay: null, lanes: new LaneBook(), autopsy: null,
-  compare: null, stage: null, keys: null };
+  compare: null, stage: null, keys: null, language: null };
 
 function dispatch(message) {
   page.state = reduce(page.state, message);
@@ -85,6 +86,7 @@ function setLanguage(lang) {
   saveLanguage(window.localStorage, lang);
   document.body.classList.remove(...LANGUAGES.map((l) => `bs-lang-${l}`));
   document.body.classList.add(`bs-lang-${lang}`);
+  page.language.set(lang);
   for (const button of document.querySelectorAll(".bs-lang button")) {
     button.setAttribute("aria-pressed", String(button.dataset.lang === lang));
   }
@@ -132,6 +134,8 @@ function debug() {
 
 async function start() {
   document.body.classList.add("dark", `bs-lang-${page.lang}`);  // Gradio set its theme before us
+  page.language = startPageLanguage(document, page.lang);
+  page.language.set(page.lang);
   try {
     page.table = await loadStrings();
   } catch (error) {

@@ -6,11 +6,12 @@ import { startAutopsy } from "./autopsy_panel.js";
 import { LaneBook } from "./lanes.js";
 import { translator } from "./strings.js";
 
-// ``data``: {strings (the table's views section), meta (palette), records, arrivals}.
+// ``data``: {strings (the table's views section), lang (the report's language), meta (palette),
+// records, arrivals}.
 export function startReport(doc, data) {
   const book = new LaneBook();
   book.apply({ type: "frame", events: data.arrivals, records: data.records });
-  const t = translator(data.strings, "both");
+  const t = translator(data.strings, data.lang);
   const requests = new Map(data.arrivals.map((a, i) => [a.request_id, { color: i % data.meta.palette.length }]));
   const panel = startAutopsy(doc, { book, view: () => ({ meta: data.meta, requests, t, size: null }), until: () => Infinity });
   doc.addEventListener("click", (e) => {

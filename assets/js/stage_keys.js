@@ -1,12 +1,16 @@
 // The presenter's keys in the stage layout (stage.js): space pauses or resumes the engine, →
 // steps it (looking back, it goes one step forward in the history instead), ← shows the step
-// before the one shown while paused (look_back.js), F fires. Pause, step, resume and Fire click
+// before the one shown while paused (look_back.js), F fires, S and P take the focus to the
+// slow-motion number and the preset list (arrows or typing, then Escape: the number is sent as it
+// loses the focus, and the keys are the stage's again). Pause, step, resume and Fire click
 // the page's own buttons, so a key goes through the same server controls as a click, behind the
 // same presenter key. The keys are said on screen under those buttons (#bs-stage-keys, from the
 // page), and so is why a key did nothing: no presenter key typed yet, or not paused.
 import { earlierStep, laterStep, viewedHistory } from "./look_back.js";
 
 const BUTTONS = { pause: "bs-pause", resume: "bs-resume", step: "bs-step", fire: "bs-fire" };
+const FIELDS = { slow: "#bs-slow input[type=number]", preset: "#bs-controls input[role=combobox]" };
+const FIELD_KEYS = { s: "slow", p: "preset" };
 const NOTE_MS = 5000;  // how long the page says why a key did nothing
 
 // What a key does: a button to click, "earlier" / "later" in the history, "key_needed" or
@@ -14,6 +18,7 @@ const NOTE_MS = 5000;  // how long the page says why a key did nothing
 // page has a presenter key box and it is empty.
 export function keyAction(key, { paused, lookingBack, keyTyped }) {
   if (key === "f" || key === "F") return "fire";
+  if (FIELD_KEYS[key.toLowerCase()]) return FIELD_KEYS[key.toLowerCase()];
   if (key === "ArrowLeft") return paused ? "earlier" : "pause_first";
   if (key === "ArrowRight" && lookingBack) return "later";
   const control = key === " " ? (paused ? "resume" : "pause") : key === "ArrowRight" ? "step" : null;
@@ -23,6 +28,7 @@ export function keyAction(key, { paused, lookingBack, keyTyped }) {
 export function startStageKeys(doc, { stage, state, look, t, win = window }) {
   const keys = new StageKeys(doc, { stage, state, look, t, win });
   doc.addEventListener("keydown", (e) => keys.keydown(e));
+  doc.addEventListener("keydown", (e) => keys.leaveField(e));
   // a focused button (Fire, after a click) is pressed on space's keyup: space is the stage's
   doc.addEventListener("keyup", (e) => { if (e.key === " " && keys.listening(e)) e.preventDefault(); });
   return keys;
@@ -55,7 +61,19 @@ class StageKeys {
     if (action === "earlier") this.look(earlierStep(state));
     else if (action === "later") this.look(laterStep(state));
     else if (BUTTONS[action]) this.click(BUTTONS[action]);
+    else if (FIELDS[action]) this.focus(FIELDS[action]);
     else this.say(action);
+  }
+
+  focus(selector) {
+    const field = this.doc.querySelector(selector);
+    if (field) field.focus();
+  }
+
+  // Escape in the slow-motion slider or the preset list: the keys are the stage's again.
+  leaveField(e) {
+    if (e.key !== "Escape" || !this.stage.on || !e.target.matches) return;
+    if (Object.values(FIELDS).some((selector) => e.target.matches(selector))) e.target.blur();
   }
 
   click(id) {

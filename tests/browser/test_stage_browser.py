@@ -4,7 +4,8 @@ viewport with nothing to scroll, chart text is at least 14 px, nothing is cut or
 (in English and in Chinese at 1280x720; in both languages at once, the page's default, too at
 1920x1080: at 1280x720 their doubled labels do not all fit at 14 px). Keys: space pauses and
 resumes, → steps the paused engine, ← shows an earlier step of the history (its title and
-drawing are that record's), and new live steps bring back the newest. Screenshots:
+drawing are that record's), and new live steps bring back the newest; S and P take the keyboard
+to slow motion and the workload, Escape gives it back. Screenshots:
 out/screenshots/stage_<W>x<H>.png (the first language checked) and stage_<W>x<H>_<lang>.png."""
 from __future__ import annotations
 
@@ -174,6 +175,27 @@ def test_left_arrow_shows_earlier_steps_and_new_live_steps_bring_back_the_newest
     press(driver, key("SPACE"))
     wait_for(driver, lambda: paused(driver), "space to pause again")
     assert len(debug(driver)["requests"]) == 3, "space pressed Fire (it had the focus) as well"
+
+
+def test_s_and_p_take_the_keyboard_to_slow_motion_and_the_workload(stage):
+    """S: the slow-motion number has the focus; ↑ twice and Escape set 100 ms per step on the
+    engine and give the keys back (space pauses again); P: the workload list has the focus."""
+    driver, live = stage
+    press(driver, "s")
+    active = driver.switch_to.active_element
+    assert active.get_attribute("type") == "number" and active.find_elements("xpath", "ancestor::*[@id='bs-slow']")
+    press(driver, key("ARROW_UP"))
+    press(driver, key("ARROW_UP"))
+    press(driver, key("ESCAPE"))
+    wait_for(driver, lambda: abs(live.llm.min_step_interval - 0.1) < 1e-9, "Escape to send 100 ms of slow motion")
+    was = paused(driver)
+    press(driver, key("SPACE"))
+    wait_for(driver, lambda: paused(driver) != was, "space to reach the stage again after Escape")
+    press(driver, "p")
+    assert driver.switch_to.active_element.get_attribute("role") == "combobox"
+    press(driver, key("ESCAPE"))
+    press(driver, key("SPACE"))
+    wait_for(driver, lambda: paused(driver) == was, "space to reach the stage after the workload list")
 
 
 def test_the_page_toggle_switches_between_the_stage_and_the_default_layout(stage):

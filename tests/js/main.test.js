@@ -24,9 +24,10 @@ function fakePage() {
   globalThis.window = { localStorage: null, location: { href: "http://127.0.0.1:7860/" }, addEventListener: ignore,
     requestAnimationFrame: (draw) => draw(), setTimeout: () => 0, clearTimeout: ignore,
     WebSocket: FakeSocket, EventSource: undefined, Plotly: { react: ignore } };
-  globalThis.document = { body: { classList: { add: ignore, remove: ignore, toggle: ignore } }, documentElement: {},
+  globalThis.document = { body: { classList: { add: ignore, remove: ignore, toggle: ignore }, hasAttribute: () => false },
+    documentElement: {},
     addEventListener: ignore, dispatchEvent: ignore, querySelector: () => null,
-    getElementById: (id) => elements[id] || null };
+    getElementById: (id) => elements[id] || null, createTreeWalker: () => ({ nextNode: () => null }) };
   globalThis.MutationObserver = class { observe() {} disconnect() {} };
   globalThis.fetch = async () => ({ ok: true, json: async () => STRINGS });
 }
@@ -45,7 +46,8 @@ function renamedRecords(count) {
 test("the ids the page remembers per view stay bounded (the last ones drawn)", async () => {
   fakePage();
   await import("../../assets/js/main.js");
-  while (!sockets.length) await new Promise(setImmediate);  // the page opens its link once its strings are in
+  for (let turn = 0; !sockets.length && turn < 10000; turn++) await new Promise(setImmediate);
+  assert.equal(sockets.length, 1, "the page opens its link once its strings are in");
   const socket = sockets[0];
   socket.send({ type: "snapshot", viewer: "v1", meta: META, requests: [], records: [],
     status: { source: "live", state: "ready" } });

@@ -37,6 +37,7 @@ test("keys: space pauses or resumes, → steps (or goes forward when looking bac
   assert.deepEqual([at("ArrowRight", true), at("ArrowRight", false), at("ArrowRight", true, true)], ["step", "step", "later"]);
   assert.deepEqual([at("ArrowLeft", true), at("ArrowLeft", false)], ["earlier", "pause_first"]);
   assert.deepEqual([at("f", false), at("F", true), at("x", true), at("Enter", true)], ["fire", "fire", null, null]);
+  assert.deepEqual([at("s", false), at("S", true), at("p", false), at("P", true)], ["slow", "slow", "preset", "preset"]);
 });
 
 test("an empty presenter key box: the engine's keys say so instead of acting; looking back needs no key", () => {

@@ -27,6 +27,7 @@ from .report_client import import_map_html, json_script
 from .trace import Trace, TraceError, load_trace, trace_phases
 
 ENGINE_PID, REQUESTS_PID = 1, 2
+REPORT_LANGUAGE = "en"  # the report's tables and titles are English; its autopsy panel says the same
 SLICE_NAMES = {"prefill": "prefill", "prefill_chunk": "prefill chunk", "decode": "decode"}
 
 
@@ -411,7 +412,7 @@ def _autopsy_html(trace: Trace) -> str:
     """The request autopsy of the live page (assets/js, inlined as modules), fed with every
     record of the trace and its arrivals: click a request id to open it."""
     strings = json.loads((ASSETS / "strings.json").read_text(encoding="utf-8"))["views"]
-    data = {"strings": strings, "meta": view_meta(trace_phases(trace), {}),
+    data = {"strings": strings, "lang": REPORT_LANGUAGE, "meta": view_meta(trace_phases(trace), {}),
             "records": [_lane_record(r) for r in trace.records],
             "arrivals": [{"kind": "arrival", "request_id": e["request_id"], "time": e["time"]}
                          for e in trace.events if e["kind"] == "arrival"]}

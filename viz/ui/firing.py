@@ -171,7 +171,7 @@ def _prompt(library: PresetLibrary, preset: Preset, spec: RequestSpec, tokenizer
             nonce: str) -> tuple[str | list[int] | list[dict], str]:
     if spec.tokens is not None:
         return _exact_tokens(library.texts[spec.text], spec.tokens, tokenizer, nonce), (
-            f"{spec.tokens}-token prompt")
+            PAGE.both("token_prompt", tokens=spec.tokens))
     if not preset.chat or tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return spec.prompt, spec.prompt
     messages = [{"role": "system", "content": preset.system}] if preset.system else []

@@ -103,6 +103,9 @@ class DashboardHandlers:
         return self._keyed(key, lambda: self._reconfigure(policy, int(budget or 0), bool(chunked), bool(invariant)))
 
     def _reconfigure(self, policy: str, budget: int, chunked: bool, invariant: bool) -> str:
+        cap = self.llm.config.max_token_budget
+        if budget < 1 or (cap is not None and budget > cap):  # said in the page's words, not the engine's
+            return self._not_applied(Phrase("token_budget_range", max=cap))
         try:
             self.llm.reconfigure(policy=policy, max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
                                  batch_invariant=invariant)
@@ -129,7 +132,7 @@ class DashboardHandlers:
             return self.strings.both("fresh_run_done", blocks=freed)
         return self._keyed(key, reset)
 
-    def _not_applied(self, reason: Exception) -> str:
+    def _not_applied(self, reason: Exception | Phrase) -> str:
         """A control the engine refused: the status text, also shown as a warning."""
         message = self.strings.both("not_applied", reason=reason)
         gr.Warning(message)

@@ -220,18 +220,34 @@ def _trace_about(channels: ReplayChannels) -> str:
 def _header_html() -> str:
     return (
         f'<div id="bs-header"><span class="bs-brand">{html.escape(PAGE.en("title"))}</span>'
-        f'<span class="bs-tagline">{html.escape(PAGE.both("tagline"))}</span>'
-        f'<span id="bs-status" class="bs-status">{html.escape(PAGE.both("connecting"))}</span>'
+        f'<span class="bs-tagline">{_both_html("tagline")}</span>'
+        f'<span id="bs-status" class="bs-status">{_both_html("connecting")}</span>'
         '</div><div id="bs-banner" class="bs-banner" hidden><div class="bs-banner-text"></div>'
         '<div class="bs-progress"><div class="bs-progress-bar"></div></div></div>'
     )
 
 
+def _both_html(key: str) -> str:
+    """A text of the table as HTML in both languages, each shown or hidden by the language
+    switch (dashboard.css)."""
+    en, zh = html.escape(PAGE.en(key)), html.escape(PAGE.zh(key))
+    return f'<span class="bs-en">{en}</span><span class="bs-joint"> · </span><span class="bs-zh">{zh}</span>'
+
+
+def _title_html(en: str, zh: str) -> str:
+    return (f'<b class="bs-en">{html.escape(en)}</b><span class="bs-joint"> · </span>'
+            f'<b class="bs-zh">{html.escape(zh)}</b>')
+
+
+def _caption_html(en: str, zh: str) -> str:
+    return (f'<span class="bs-caption bs-en">{html.escape(en)}</span>'
+            f'<span class="bs-caption bs-zh">{html.escape(zh)}</span>')
+
+
 def _views_html() -> str:
     cards = [
-        f'<figure class="bs-card"><figcaption><b>{html.escape(view.title)}</b> · '
-        f'{html.escape(view.title_zh)}<span class="bs-caption">{html.escape(view.caption)}'
-        f'</span><span class="bs-caption bs-zh">{html.escape(view.caption_zh)}</span>'
+        f'<figure class="bs-card"><figcaption>{_title_html(view.title, view.title_zh)}'
+        f'{_caption_html(view.caption, view.caption_zh)}'
         f'</figcaption><div id="{view.elem_id}" class="bs-plot"></div></figure>'
         for view in VIEWS]
     return f'<div id="bs-views" class="bs-grid">{"".join(cards)}</div>'
@@ -239,9 +255,7 @@ def _views_html() -> str:
 
 def _texts_html() -> str:
     return (
-        f'<div class="bs-texts-head"><b>{html.escape(PAGE.en("texts_title"))}</b> · '
-        f'{html.escape(PAGE.zh("texts_title"))}'
-        f'<span class="bs-caption">{html.escape(PAGE.en("texts_caption"))}</span>'
-        f'<span class="bs-caption bs-zh">{html.escape(PAGE.zh("texts_caption"))}</span>'
+        f'<div class="bs-texts-head">{_title_html(PAGE.en("texts_title"), PAGE.zh("texts_title"))}'
+        f'{_caption_html(PAGE.en("texts_caption"), PAGE.zh("texts_caption"))}'
         '</div><div id="bs-texts"></div>'
     )

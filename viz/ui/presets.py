@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import ASSETS
-from .strings import Phrase
+from .strings import Phrase, bilingual
 
 PRESETS_PATH = ASSETS / "presets.json"
 
@@ -51,7 +51,7 @@ class Preset:
     def description(self) -> str:
         """What the page shows about the preset, its whole title first, in both languages
         (Markdown)."""
-        return f"**{self.title}**: {self.about}\n\n**{self.title_zh}**：{self.about_zh}"
+        return bilingual(f"**{self.title}**: {self.about}", f"**{self.title_zh}**：{self.about_zh}", joint="\n\n")
 
     @property
     def packed_step_rows(self) -> int | None:
@@ -88,7 +88,7 @@ class PresetLibrary:
 
     def choices(self) -> list[tuple[str, str]]:
         """(label, id) pairs for a dropdown: the short names, which fit its width."""
-        return [(f"{p.label} · {p.label_zh}", p.id) for p in self.presets.values()]
+        return [(bilingual(p.label, p.label_zh), p.id) for p in self.presets.values()]
 
 
 def load_presets(path: Path = PRESETS_PATH) -> PresetLibrary:

@@ -4,6 +4,10 @@ One table holds every string a viewer reads: the Gradio labels and messages come
 "page" section through this module; the browser fetches the whole file from
 ``/batchscope/strings.json`` ("views" is the section the views draw). A text is shown in
 both languages, "English · 中文", unless one is asked for; ``{name}`` fields are filled in.
+
+A text in both languages carries invisible marks around each language (``bilingual``), so the
+page shows the visitor's language alone, whatever component draws the text (a label, a button,
+Markdown, a warning): assets/js/page_language.js reads the marks and drops them.
 """
 from __future__ import annotations
 
@@ -16,6 +20,20 @@ from ..paths import ASSETS
 STRINGS_PATH = ASSETS / "strings.json"
 LANGUAGES = ("en", "zh")
 JOINT = " · "
+# Invisible format characters (Unicode "invisible operators"): what follows EN_MARK is English,
+# JOINT_MARK the joint shown only with both languages, ZH_MARK Chinese, END_MARK every language.
+EN_MARK, ZH_MARK, JOINT_MARK, END_MARK = "\u2062", "\u2063", "\u2064", "\u2061"
+
+
+def bilingual(en: str, zh: str, joint: str = JOINT) -> str:
+    """``en`` and ``zh`` as one text the page shows in the visitor's language ("en · zh" with
+    both); one text when they say the same."""
+    return en if en == zh else f"{EN_MARK}{en}{JOINT_MARK}{joint}{ZH_MARK}{zh}{END_MARK}"
+
+
+def unmarked(text: str) -> str:
+    """``text`` as the page shows it with both languages (for logs and tests)."""
+    return text.translate({ord(mark): None for mark in (EN_MARK, ZH_MARK, JOINT_MARK, END_MARK)})
 
 
 class PageError(Exception):
@@ -50,9 +68,8 @@ class Strings:
         return self.text(key, "zh", **fields)
 
     def both(self, key: str, **fields) -> str:
-        """"English · 中文" (one text when both languages say the same)."""
-        en, zh = self.en(key, **fields), self.zh(key, **fields)
-        return en if en == zh else en + JOINT + zh
+        """"English · 中文", marked (``bilingual``)."""
+        return bilingual(self.en(key, **fields), self.zh(key, **fields))
 
 
 def load_strings(path: Path = STRINGS_PATH) -> Strings:
