@@ -3,9 +3,11 @@ replay, an attached vLLM). A request counts as the state its card shows: waiting
 (vLLM's records do not list it yet), then its latest record's state, until it finishes."""
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
-from engine.request_states import RECENT_FINISHED, RequestStates
+from engine.request_states import RECENT_FINISHED, RequestStates, tally
 
 
 def record(requests: dict[str, str], finished=(), aborted=(), rank: int | None = None) -> dict:
@@ -73,3 +75,16 @@ def test_wait_for_wakes_on_the_state_and_old_finished_requests_are_forgotten():
     assert not states.wait_for(["A"], {"finished"}, 0.01)
     states.finish(f"old{i}" for i in range(RECENT_FINISHED + 1))
     assert states.get("old0") is None and states.get(f"old{RECENT_FINISHED}") == "finished"
+
+
+def test_the_shared_stream_folds_to_the_states_the_browser_shows_too():
+    """tests/data/request_states.json, folded here as the browser folds it (tests/js/state.test.js)."""
+    messages = json.loads((Path(__file__).parent / "data" / "request_states.json").read_text())["messages"]
+    states = RequestStates()
+    for i, message in enumerate(messages):
+        for event in message.get("events", []):
+            states.on_event(event)
+        if "record" in message:
+            states.on_record(message["record"])
+        assert {rid: states.get(rid) for rid in message["expect"]} == message["expect"], f"after message {i}"
+        assert states.counts() == tally(message["expect"].values())

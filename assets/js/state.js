@@ -119,6 +119,7 @@ function addRecords(state, records) {
     state.until = null;
     state.dirty.views = true;
     for (const [rid, info] of Object.entries(record.requests || {})) applyProgress(state, rid, info, record);
+    for (const rid of [...Object.keys(record.finished || {}), ...(record.aborted || [])]) endedBy(state, rid, record);
   }
   state.records.splice(0, Math.max(0, state.records.length - HISTORY));
   evict(state);
@@ -131,6 +132,15 @@ function applyProgress(state, rid, info, record) {
   if (entry && entry.status === status && sameProgress(entry.progress, info)) return;
   update(state, rid, (old) => ({ status, progress: { ...info },
     finish_reason: old.finish_reason ?? (record.finished || {})[rid] ?? null }));
+}
+
+// A request the record finished or aborted: finished for good, as the server's reducer has it
+// (engine/request_states.py), even before its last delta arrives.
+function endedBy(state, rid, record) {
+  const entry = state.requests.get(rid);
+  if (entry && entry.finished) return;
+  update(state, rid, (old) => ({ finished: true, status: "finished",
+    finish_reason: old.finish_reason ?? (record.finished || {})[rid] ?? "abort" }));
 }
 
 function sameProgress(a, b) {

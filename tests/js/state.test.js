@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import { HISTORY, initialState, MAX_REQUESTS, reduce } from "../../assets/js/state.js";
@@ -117,4 +118,18 @@ test("a delta delivered twice (a snapshot already held it) changes nothing", () 
   const twice = reduce(once, { type: "frame", events: [delta], records: [] });
   assert.equal(twice.requests.get("A").text, "Hello");
   assert.equal(twice.requests.get("A").num_output_tokens, 2);
+});
+
+// The browser folds request states by the server's rules (engine/request_states.py): one stream,
+// both reducers, the same states after every message (tests/data/request_states.json, read by
+// tests/test_request_states.py too).
+test("the cards' request states are the server reducer's, message by message", () => {
+  const url = new URL("../data/request_states.json", import.meta.url);
+  const { messages } = JSON.parse(readFileSync(url, "utf-8"));
+  let state = initialState();
+  for (const [i, m] of messages.entries()) {
+    state = reduce(state, { type: "frame", events: m.events || [], records: m.record ? [m.record] : [] });
+    const shown = Object.fromEntries([...state.requests].map(([rid, e]) => [rid, e.status]));
+    assert.deepEqual(shown, m.expect, `after message ${i}`);
+  }
 });
