@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -115,3 +116,12 @@ def test_export_help_names_the_module_that_runs():
                           text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and "python -m viz.traces.export" in done.stdout
     assert "python -m viz.export " not in done.stdout
+
+
+def test_the_report_is_written_in_the_language_asked_for_and_refuses_others(trace):
+    zh = to_html_report(trace, "zh")
+    assert '<html lang="zh">' in zh and "<h2>概要</h2>" in zh and "<th>迭代次数</th>" in zh
+    text = re.sub(r"<(script|style)\b.*?</\1>", "", zh, flags=re.DOTALL)
+    assert "<h2>Summary</h2>" not in text and "iterations" not in text and "prefill chunks" not in text
+    with pytest.raises(ValueError, match="one of en, zh"):
+        to_html_report(trace, "fr")

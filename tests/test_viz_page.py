@@ -23,9 +23,10 @@ def symbols(text: str) -> set[str]:
 
 def test_every_page_string_has_both_languages():
     table = json.loads(STRINGS_PATH.read_text(encoding="utf-8"))
-    assert set(table) == {"page", "views"}
-    for key, texts in table["page"].items():
-        assert all(texts.get(lang) for lang in LANGUAGES), key
+    assert set(table) == {"page", "views", "report"}
+    for section in ("page", "report"):
+        for key, texts in table[section].items():
+            assert all(texts.get(lang) for lang in LANGUAGES), f"{section}.{key}"
     fired = load_strings().both("fired", count=2, ids="A1, B2")
     assert unmarked(fired) == "Fired 2: A1, B2 · 已发射 2 个：A1, B2"
     assert fired == bilingual("Fired 2: A1, B2", "已发射 2 个：A1, B2")  # marked for the language switch

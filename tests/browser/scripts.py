@@ -34,8 +34,9 @@ SHOWN = """
   return parts;"""
 
 
-def shown_strings(driver) -> list[str]:
-    return driver.execute_script(SHOWN, USER_TEXT)
+def shown_strings(driver, skip: str = "") -> list[str]:
+    """What the page shows, less the visitor's text and ``skip`` (more selectors)."""
+    return driver.execute_script(SHOWN, ", ".join(filter(None, [USER_TEXT, skip])))
 
 
 def chinese_table_words() -> set[str]:

@@ -1,12 +1,13 @@
 """Exports of a recorded run: Chrome trace-event JSON and a single-file HTML report.
 
-    python -m viz.traces.export TRACE [--chrome OUT.json] [--html OUT.html]
+    python -m viz.traces.export TRACE [--chrome OUT.json] [--html OUT.html [--lang en|zh]]
 
 The Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing, both work offline
 from a file) has an "Engine" process with a track per step and per engine phase, plus KV and
 queue counters, and a "Requests" process with a track per request: waiting, prefill (chunk)
 and decode slices, with instants for the first token, preemptions and the finish. The HTML
-report inlines plotly.js from the installed plotly wheel, so it opens with no network.
+report inlines plotly.js from the installed plotly wheel, so it opens with no network; it is
+written in one language (report_words.py).
 """
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from pathlib import Path
 from ..colors import STATE_COLORS, phase_colors, view_meta
 from ..paths import ASSETS
 from .report_client import import_map_html, json_script
+from .report_words import LANGUAGES, ReportWords, report_words
 from .trace import Trace, TraceError, load_trace, trace_phases
 
 ENGINE_PID, REQUESTS_PID = 1, 2
-REPORT_LANGUAGE = "en"  # the report's tables and titles are English; its autopsy panel says the same
 SLICE_NAMES = {"prefill": "prefill", "prefill_chunk": "prefill chunk", "decode": "decode"}
 
 
@@ -253,28 +254,28 @@ def plotly_js() -> str:
     return (Path(spec.submodule_search_locations[0]) / "package_data" / "plotly.min.js").read_text()
 
 
-def report_figures(trace: Trace) -> dict[str, dict]:
+def report_figures(trace: Trace, words: ReportWords) -> dict[str, dict]:
     """Plotly figures (data + layout) of the run, keyed by element id."""
     records = trace.records
     steps = [r["step"] for r in records]
-    timing = [{"type": "bar", "name": phase["name"], "x": steps,
+    timing = [{"type": "bar", "name": words.named(f"phase.{phase['name']}", phase["name"]), "x": steps,
                "marker": {"color": phase["color"]},
                "y": [r["durations_ms"].get(phase["name"], 0) for r in records]}
               for phase in phase_colors(trace_phases(trace))]
-    layout_traces = [{"type": "bar", "name": label, "x": steps,
+    layout_traces = [{"type": "bar", "name": words.named(f"kind.{kind}", label), "x": steps,
                       "y": [sum(s["num_rows"] for s in r["segments"] if s["kind"] == kind)
                             for r in records]} for kind, label in SLICE_NAMES.items()]
     layout_traces += [
-        {"type": "scatter", "mode": "lines", "name": "token budget", "x": steps,
+        {"type": "scatter", "mode": "lines", "name": words("token_budget"), "x": steps,
          "y": [r["token_budget"] for r in records], "line": {"dash": "dash", "color": "#555"}},
-        {"type": "scatter", "mode": "lines", "name": "padded rows", "x": steps,
+        {"type": "scatter", "mode": "lines", "name": words("padded_rows"), "x": steps,
          "y": [r["padded_rows"] for r in records], "line": {"dash": "dot", "color": "#d62728"}},
     ]
     pool = [
-        {"type": "scatter", "mode": "lines", "name": name, "x": steps, "y": values}
+        {"type": "scatter", "mode": "lines", "name": words(name), "x": steps, "y": values}
         for name, values in (
-            ("KV blocks used", [r["kv"]["num_blocks"] - r["kv"]["num_free"] for r in records]),
-            ("KV blocks cached", [r["kv"]["num_cached"] for r in records]),
+            ("kv_used", [r["kv"]["num_blocks"] - r["kv"]["num_free"] for r in records]),
+            ("kv_cached", [r["kv"]["num_cached"] for r in records]),
             ("waiting", [r["num_waiting"] for r in records]),
             ("running", [r["num_running"] for r in records]))
     ]
@@ -284,21 +285,21 @@ def report_figures(trace: Trace) -> dict[str, dict]:
              for edge in (i / n, (i + 1) / n)]
     timeline = [{"type": "heatmap", "x": steps, "y": rids, "z": z, "zmin": -0.5,
                  "zmax": n - 0.5, "colorscale": scale, "xgap": 0, "ygap": 1,
-                 "colorbar": {"tickvals": list(range(n)), "ticktext": list(TIMELINE_STATES)}}]
-    axis = {"xaxis": {"title": {"text": "iteration (step)"}}}
+                 "colorbar": {"tickvals": list(range(n)), "ticktext": [words.state(s) for s in TIMELINE_STATES]}}]
+    axis = {"xaxis": {"title": {"text": words("axis_step")}}}
     return {
         "timing": {"data": timing, "layout": {
-            **axis, "title": {"text": "Step timing by engine phase"}, "barmode": "stack",
-            "yaxis": {"title": {"text": "ms"}}}},
+            **axis, "title": {"text": words("fig_timing")}, "barmode": "stack",
+            "yaxis": {"title": {"text": words("axis_ms")}}}},
         "layout": {"data": layout_traces, "layout": {
-            **axis, "title": {"text": "Batch layout: packed rows per step"}, "barmode": "stack",
-            "yaxis": {"title": {"text": "rows (tokens)"}}}},
+            **axis, "title": {"text": words("fig_layout")}, "barmode": "stack",
+            "yaxis": {"title": {"text": words("axis_rows")}}}},
         "timeline": {"data": timeline, "layout": {
-            **axis, "title": {"text": "Requests over iterations"},
+            **axis, "title": {"text": words("fig_timeline")},
             "yaxis": {"autorange": "reversed", "type": "category"},
             "height": max(300, 22 * len(rids) + 120)}},
         "pool": {"data": pool, "layout": {
-            **axis, "title": {"text": "KV pool and queues"}, "yaxis": {"title": {"text": "count"}}}},
+            **axis, "title": {"text": words("fig_pool")}, "yaxis": {"title": {"text": words("axis_count")}}}},
     }
 
 
@@ -321,15 +322,16 @@ def _request_states(trace: Trace) -> tuple[list[str], list[list[int]]]:
     return rids, [rows[rid] for rid in rids]
 
 
-def to_html_report(trace: Trace) -> str:
-    """A single HTML page: charts and summary tables; plotly.js inlined, no network."""
+def to_html_report(trace: Trace, lang: str = "en") -> str:
+    """A single HTML page in ``lang``: charts and summary tables; plotly.js inlined, no network."""
+    words = report_words(lang)
     timelines = request_timelines(trace)
     summary = summarize(trace, timelines)
-    figures = report_figures(trace)
+    figures = report_figures(trace, words)
     charts = "\n".join(f'<div id="{key}" class="chart"></div>' for key in figures)
-    title = f"Batchscope run: {summary.model} on {summary.device}"
+    title = words("title", model=summary.model, device=summary.device)
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="{lang}"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
@@ -340,14 +342,14 @@ th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left
 <script>{plotly_js()}</script>
 </head><body>
 <h1>{html.escape(title)}</h1>
-<p>Recorded {html.escape(_utc(trace.header["started_at"]))}; engine config:
+<p>{html.escape(words("recorded", when=_utc(trace.header["started_at"])))}
 <code>{html.escape(json.dumps(_engine_brief(trace.header["engine"])))}</code></p>
-<h2>Summary</h2>
-{_summary_table(summary)}
+<h2>{html.escape(words("summary"))}</h2>
+{_summary_table(summary, words)}
 {charts}
-<h2>Requests</h2>
-{_requests_table(timelines)}
-{_autopsy_html(trace)}
+<h2>{html.escape(words("requests"))}</h2>
+{_requests_table(timelines, words)}
+{_autopsy_html(trace, lang)}
 <script>
 const figures = {json.dumps(figures, separators=(",", ":"))};
 for (const [id, fig] of Object.entries(figures)) {{
@@ -374,32 +376,32 @@ def _fmt(value) -> str:
     return f"{value:,.1f}" if isinstance(value, float) else html.escape(str(value))
 
 
-def _summary_table(summary: RunSummary) -> str:
-    labels = {
-        "num_iterations": "iterations", "duration_s": "duration (s)", "num_requests": "requests",
-        "num_finished": "finished", "output_tokens": "generated tokens",
-        "throughput_tok_s": "throughput (tokens/s)", "mean_ttft_ms": "mean TTFT (ms)",
-        "p90_ttft_ms": "p90 TTFT (ms)", "mean_itl_ms": "mean ITL (ms)",
-        "preemptions": "preemptions", "prefix_hit_tokens": "prefix-cache hit tokens",
-        "prefill_chunks": "prefill chunks"}
+SUMMARY_ROWS = ("num_iterations", "duration_s", "num_requests", "num_finished", "output_tokens",
+                "throughput_tok_s", "mean_ttft_ms", "p90_ttft_ms", "mean_itl_ms", "preemptions",
+                "prefix_hit_tokens", "prefill_chunks", "lost_steps")
+REQUEST_COLUMNS = ("col_request", "col_prompt", "col_generated", "col_prefix_hit", "col_ttft", "col_itl",
+                   "col_preemptions", "col_finish")
+
+
+def _summary_table(summary: RunSummary, words: ReportWords) -> str:
     values = asdict(summary)
-    values["lost_steps"] = ", ".join(f"step {step}" for step in summary.lost_steps) or "none"
-    labels["lost_steps"] = "steps lost in recording"
-    rows = "".join(f"<tr><th>{label}</th><td>{_fmt(values[key])}</td></tr>"
-                   for key, label in labels.items())
+    values["lost_steps"] = ", ".join(words("lost_step", step=step) for step in summary.lost_steps) or words("none")
+    rows = "".join(f"<tr><th>{html.escape(words(key))}</th><td>{_fmt(values[key])}</td></tr>"
+                   for key in SUMMARY_ROWS)
     return f'<table id="summary">{rows}</table>'
 
 
-def _requests_table(timelines: dict[str, RequestTimeline]) -> str:
+def _requests_table(timelines: dict[str, RequestTimeline], words: ReportWords) -> str:
     """One row per request; its id opens the request's autopsy."""
-    head = ("request", "prompt tokens", "generated", "prefix hit", "TTFT (ms)", "mean ITL (ms)",
-            "preemptions", "finish")
+    def finish(reason: str | None) -> str | None:
+        return reason and words.named(f"reason.{reason}", reason)
+
     rows = "".join(
         f"<tr><td>{_autopsy_button(t.request_id)}</td>" + "".join(f"<td>{_fmt(v)}</td>" for v in (
             t.num_prompt_tokens, len(t.token_times), t.prefix_hit_tokens,
-            t.ttft_ms, t.mean_itl_ms, t.preemptions, t.finish_reason)) + "</tr>"
+            t.ttft_ms, t.mean_itl_ms, t.preemptions, finish(t.finish_reason))) + "</tr>"
         for t in timelines.values())
-    header = "".join(f"<th>{h}</th>" for h in head)
+    header = "".join(f"<th>{html.escape(words(key))}</th>" for key in REQUEST_COLUMNS)
     return f'<table id="requests"><tr>{header}</tr>{rows}</table>'
 
 
@@ -408,11 +410,11 @@ def _autopsy_button(request_id: str) -> str:
     return f'<button type="button" class="bs-autopsy-open" data-autopsy="{rid}">{rid}</button>'
 
 
-def _autopsy_html(trace: Trace) -> str:
+def _autopsy_html(trace: Trace, lang: str) -> str:
     """The request autopsy of the live page (assets/js, inlined as modules), fed with every
     record of the trace and its arrivals: click a request id to open it."""
     strings = json.loads((ASSETS / "strings.json").read_text(encoding="utf-8"))["views"]
-    data = {"strings": strings, "lang": REPORT_LANGUAGE, "meta": view_meta(trace_phases(trace), {}),
+    data = {"strings": strings, "lang": lang, "meta": view_meta(trace_phases(trace), {}),
             "records": [_lane_record(r) for r in trace.records],
             "arrivals": [{"kind": "arrival", "request_id": e["request_id"], "time": e["time"]}
                          for e in trace.events if e["kind"] == "arrival"]}
@@ -439,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trace", help="a .jsonl or .jsonl.gz trace file")
     parser.add_argument("--chrome", metavar="OUT.json", help="write Chrome trace-event JSON")
     parser.add_argument("--html", metavar="OUT.html", help="write a single-file HTML report")
+    parser.add_argument("--lang", choices=LANGUAGES, default="en", help="the HTML report's language (default: en)")
     args = parser.parse_args(argv)
     if not (args.chrome or args.html):
         parser.error("nothing to do: give --chrome and/or --html")
@@ -451,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.chrome).write_text(json.dumps(to_chrome_trace(trace)))
         print(f"wrote {args.chrome} (open in https://ui.perfetto.dev or chrome://tracing)")
     if args.html:
-        Path(args.html).write_text(to_html_report(trace), encoding="utf-8")
+        Path(args.html).write_text(to_html_report(trace, args.lang), encoding="utf-8")
         print(f"wrote {args.html}")
     return 0
 
