@@ -11,6 +11,7 @@ from viz.live.identity import COOKIE, new_visitor_id
 from viz.ui.firing import Knobs, plan_shot
 from viz.ui.presets import load_presets
 from viz.ui.static import ASSETS
+from viz.ui.strings import unmarked
 
 from support.server import BackgroundServer
 from support.viewers import ws_messages
@@ -136,7 +137,7 @@ def test_the_gradio_page_gives_the_visitor_whose_shots_they_read(dashboard_serve
     visitor = cookie.split(";")[0].split("=", 1)[1]
     client = Client(server.url, headers={"Cookie": f"{COOKIE}={visitor}"}, verbose=False)
     fired = client.predict("chat", "a question of my own", 1, 4, 0.0, 0, api_name="/fire")
-    rid = fired.split(": ")[-1].split(" · ")[0]
+    rid = unmarked(fired).split(": ")[-1].split(" · ")[0]
     client.close()
 
     def finished(messages):

@@ -107,7 +107,7 @@ def test_shared_view_replays_one_playback_for_everyone():
 def test_the_strings_table_is_served(path):
     with replay_server() as server:
         table = httpx.get(server.url + path).json()
-    assert set(table) == {"page", "views"}
+    assert set(table) == {"page", "views", "report"}
     assert all(set(v) == {"en", "zh"} for v in table["page"].values())
 
 

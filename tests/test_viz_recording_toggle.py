@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from viz.live.identity import COOKIE, new_visitor_id
+from viz.ui.strings import unmarked
 
 from support.server import BackgroundServer
 from support.viewers import dashboard
@@ -108,8 +109,8 @@ def test_stopping_the_server_deletes_the_recordings_folder(tiny_model_dir):
 def test_with_a_presenter_key_record_needs_the_key_and_says_which_is_wrong(tiny_model_dir):
     with dashboard(tiny_model_dir, "--presenter-key", "s3cret") as (server, app, _):
         client = visitor(server)
-        missing = client.predict(True, "", api_name="/record")[2]
-        wrong = client.predict(True, "guess", api_name="/record")[2]
+        missing = unmarked(client.predict(True, "", api_name="/record")[2])
+        wrong = unmarked(client.predict(True, "guess", api_name="/record")[2])
         assert not app.state.recorder.recording
         assert missing.startswith("Enter the presenter key") and "wrong" in wrong
         assert client.predict(True, "s3cret", api_name="/record")[0] is True

@@ -28,7 +28,9 @@ def test_history_and_timing_rows_span_the_data_not_the_budget(replay_server, rec
         show_iteration(driver, records, shown)
         window = records[shown - 39:shown + 1]
         most = max(r["num_rows"] for r in window)
-        history = wait_for(driver, lambda: top_of(driver, "bs-token-layout", "y2"), "the history drawn")
+        # after a seek the window's earlier records may arrive after the step itself: wait for them
+        history = wait_for(driver, lambda: (top := top_of(driver, "bs-token-layout", "y2")) and top >= most and top,
+                           f"the history drawn with its {most}-row step")
         assert most <= history <= max(most * 1.15 + 1, records[shown]["token_budget"] * 1.08 + 1), history
         rows = top_of(driver, "bs-timing", "y2")
         assert rows < max(r["padded_rows"] for r in window) / 2, rows  # the spike is clipped

@@ -17,6 +17,7 @@ from rank_scenarios import RankSteps, rank_hello
 from record_scenarios import chunked_prefill
 
 from viz.live.identity import COOKIE, new_visitor_id
+from viz.ui.strings import unmarked
 
 from support.server import BackgroundServer
 from support.viewers import ws_messages
@@ -121,7 +122,7 @@ def test_fire_and_record_from_the_page_reach_vllm_and_the_ingest(fake, tmp_path)
         assert "vLLM has not connected" in client.predict(True, "", api_name="/record")[2]
         engine = sender(server)
         wait_until(lambda: source.status()["state"] == "ready", "vLLM attached")
-        fired = client.predict(*fire, api_name="/fire")
+        fired = unmarked(client.predict(*fire, api_name="/fire"))
         assert fired.startswith("Fired 2: ")
         client.predict(True, "", api_name="/record")
         for record in chunked_prefill():
