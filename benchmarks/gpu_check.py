@@ -37,17 +37,9 @@ from .peers import PeerContext
 from .report import TargetResult, markdown_tables, scheduling_targets, target_dicts, targets_table, write_json
 from .runner import run_benchmark
 from .settings import GPU, TINY
+from .shapes import QWEN25_05B, TINY_QWEN, build_model
 from .vllm_trace import Workload
 
-QWEN25_05B = dict(
-    hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-    num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
-    rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645,
-)
-# head size 64: vLLM's CPU attention has no kernels for smaller heads (the dry run's vLLM trace)
-TINY_QWEN = dict(QWEN25_05B, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, vocab_size=1024, max_position_embeddings=2048,
-                 bos_token_id=1, eos_token_id=2)
 BUDGET_S = 8 * 60
 GPU_PEERS = {
     "W1": ("hf_generate", "hf_generate_batch", "bs_mixed", "bs_mixed_eager", "bs_prefill_first"),
@@ -55,17 +47,6 @@ GPU_PEERS = {
     "W3": ("bs_mixed", "bs_mixed_nocache"),
 }
 FLASH_PEERS = {"W1": ("bs_mixed",), "W2": ("bs_mixed", "bs_prefill_first"), "W3": ()}
-
-
-def build_model(directory: Path, shapes: dict, seed: int = 0) -> Path:
-    """A random Qwen2 model saved with save_pretrained (bf16 on disk, no tokenizer)."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    torch.manual_seed(seed)
-    config = Qwen2Config(**shapes, initializer_range=0.05, use_sliding_window=False)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model.save_pretrained(directory)
-    return directory
 
 
 def correctness(model_dir: str, device: str, dtype: str, backend: str, num_prompts: int = 8,

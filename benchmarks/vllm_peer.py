@@ -11,12 +11,16 @@ Batchscope has torch threads (``VLLM_CPU_OMP_THREADS_BIND``; vLLM's default leav
 Everything else is vLLM's default on CPU: block size 128, its C++ paged attention, oneDNN
 linears, and the model compiled by inductor at start-up (excluded from timing).
 Our converted model's config has ``architectures: null``, so the architecture is passed
-(``hf_overrides``); without it vLLM builds a model without the LM head.
+(``hf_overrides``); without it vLLM builds a model without the LM head. A directory without a
+tokenizer (the random-weight Qwen2.5 shapes of ``benchmarks.shapes``) is loaded without one:
+the prompts are token ids and nothing is detokenized.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 
 from .arrivals import ArrivalGate
 from .timings import RequestTiming, RunResult
@@ -30,6 +34,16 @@ def bind_threads(threads: int) -> str:
     return "0" if threads == 1 else f"0-{threads - 1}"
 
 
+def model_args(directory: Path) -> dict:
+    """What vLLM needs told about a model directory: its architecture when the config names none,
+    and to load no tokenizer when it has none."""
+    config = json.loads((directory / "config.json").read_text())
+    args = {} if config.get("architectures") else {"hf_overrides": {"architectures": ["LlamaForCausalLM"]}}
+    if not any((directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json")):
+        args["skip_tokenizer_init"] = True
+    return args
+
+
 class VllmCpuPeer:
     def __init__(self, ctx, threads: int):
         self.ctx = ctx
@@ -40,7 +54,7 @@ class VllmCpuPeer:
         from vllm import LLM
 
         self.engine_args = {
-            "model": self.ctx.model, "dtype": self.ctx.dtype, "hf_overrides": {"architectures": ["LlamaForCausalLM"]},
+            "model": self.ctx.model, "dtype": self.ctx.dtype, **model_args(Path(self.ctx.model)),
             "max_num_batched_tokens": self.ctx.token_budget, "max_num_seqs": self.ctx.max_num_seqs,
             "max_model_len": self.ctx.max_model_len,
             "kv_cache_memory_bytes": int(self.ctx.kv_cache_memory_gb * 2**30), "enable_prefix_caching": True, "seed": 0,
@@ -70,7 +84,8 @@ class VllmCpuPeer:
                 spec = workload.requests[i]
                 request_id = f"b{self._ids}"
                 self._ids += 1
-                params = SamplingParams(temperature=0, max_tokens=spec.max_tokens, ignore_eos=True)
+                params = SamplingParams(temperature=0, max_tokens=spec.max_tokens, ignore_eos=True,
+                                        detokenize=not self.engine_args.get("skip_tokenizer_init"))
                 engine.add_request(request_id, TokensPrompt(prompt_token_ids=spec.prompt), params)
                 index[request_id] = i
                 timings[i].submit = t
