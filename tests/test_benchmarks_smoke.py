@@ -180,4 +180,9 @@ def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_r
     assert summary["headline"]["vllm"]["highest_rate_within_slo"] == 1.0
     assert summary["goodput_ratio_per_rate"]["1.0"] == {"median": 0.95, "min": 0.9, "max": 1.0}
     assert abs(summary["headline"]["best_goodput_ratio"] - 2.0 / 1.8) < 1e-9
+    assert not summary["headline"]["batchscope"]["every_rate_within_slo"]
     assert "TTFT p99 <= 2000 ms" in markdown(Setting(), summary)
+    below = summarize({name: {"1.0": by_rate["1.0"]} for name, by_rate in results.items()})
+    assert below["headline"]["vllm"]["every_rate_within_slo"]
+    assert "vllm: highest rate within the SLO 1.0 req/s (every rate tried: its limit lies higher)" in markdown(
+        Setting(), below)

@@ -45,9 +45,11 @@ def default_model_dir() -> Path:
     return Path(resolve_model_dir("default")[1])
 
 
-def vllm_command(model_dir: Path, port: int, *extra: str, python: Path = VLLM_PYTHON) -> list[str]:
+def vllm_command(model_dir: Path, port: int, *extra: str, python: Path = VLLM_PYTHON, eager: bool = True) -> list[str]:
+    """``eager`` skips vLLM's torch.compile at start (a quicker start for tests and demos); a
+    benchmark runs vLLM as deployed, compiled."""
     return [str(python), "-m", "vllm.entrypoints.launchers.api_server.entry",
-            "--model", str(model_dir), "--served-model-name", SERVED_NAME, "--enforce-eager",
+            "--model", str(model_dir), "--served-model-name", SERVED_NAME, *(["--enforce-eager"] if eager else []),
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
             *architecture_flags(model_dir), "--max-model-len", "2048", *extra]
 
@@ -133,9 +135,9 @@ def start(command: list[str], port: int, log: Path, env: dict[str, str] | None =
 
 def start_vllm(model_dir: Path, port: int, log: Path, *extra: str, ingest_url: str | None = None,
                token: str | None = None, env: dict[str, str] | None = None,
-               python: Path = VLLM_PYTHON, cwd: Path | None = None) -> Server:
+               python: Path = VLLM_PYTHON, cwd: Path | None = None, eager: bool = True) -> Server:
     """vLLM's OpenAI server on ``port`` (``/health`` answers once loaded)."""
-    return start(vllm_command(model_dir, port, *extra, python=python), port, log,
+    return start(vllm_command(model_dir, port, *extra, python=python, eager=eager), port, log,
                  vllm_env(ingest_url, token, **(env or {})), cwd)
 
 
