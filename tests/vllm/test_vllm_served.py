@@ -77,6 +77,13 @@ def fire(url: str) -> tuple[list[dict], dict]:
     return stayers, leaver
 
 
+def idle_and_recorded(records: list[dict], audit: Path) -> bool:
+    """vLLM ran its closing step (after the last finish it schedules once more, with nothing to
+    run, to tell the workers) and every step it scheduled has its record. The clients have their
+    last tokens before that step is scheduled, so stopping vLLM then would cut it off."""
+    return bool(records) and not records[-1]["block_tables"] and len(records) >= len(audit.read_text().splitlines())
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Served:
     python = served_python()
@@ -94,8 +101,8 @@ def served(tmp_path_factory) -> Served:
         try:
             vllm.wait_healthy("/health", START_LIMIT)
             stayers, leaver = fire(vllm.url)
-            wait_until(lambda: len(receiver.records) >= len(audit.read_text().splitlines()),
-                       "a record of every step vLLM scheduled", 60)
+            wait_until(lambda: idle_and_recorded(receiver.records, audit),
+                       "vLLM's closing step (nothing scheduled) and a record of every step it scheduled", 60)
         finally:
             vllm.stop()
     (tmp / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in receiver.records))
