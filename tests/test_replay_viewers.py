@@ -147,3 +147,13 @@ def test_a_trace_that_does_not_say_its_engine_version_shows_none():
     shipped = Path(__file__).resolve().parent.parent / "assets" / "traces" / "smollm2-135m-instruct-cpu.jsonl.gz"
     info = trace_info(load_trace(shipped))
     assert (info.engine, info.engine_version) == ("batchscope", "")
+
+
+def test_an_idle_page_leaves_the_cpu_alone():
+    """Gradio's queue polls every 1 ms while idle by default: 7% of a core for a page nobody
+    clicks (BENCHMARKS.md, "An idle server")."""
+    from viz.sources.replay_channels import ReplayChannels
+    from viz.ui.page import IDLE_POLL_S, build_replay_ui
+
+    queue = build_replay_ui(ReplayChannels(load_trace(TRACE), TRACE.name, shared=False))._queue
+    assert queue.sleep_when_free == queue.progress_update_sleep_when_free == IDLE_POLL_S

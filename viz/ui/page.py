@@ -25,6 +25,10 @@ CACHE_CLEANUP = (3600, 3600)  # Gradio deletes its copies of downloads older tha
 # Icons: plain glyphs the fonts of `make browser` (fonts-wqy-microhei) have.
 PAUSE, STEP, PLAY, RECORD = "‖", "⇥", "▶", "●"
 STAGE_OFF = ["bs-stage-off"]  # controls the stage layout (?layout=stage, assets/stage.css) leaves out
+# Gradio's queue looks for work every 1 ms and for progress every 10 ms while idle: 7% of a core
+# here for a page nobody clicks, taken from the engine beside it (BENCHMARKS.md, "An idle
+# server"). A click waits at most this long for the queue to notice it instead.
+IDLE_POLL_S = 0.02
 
 
 @dataclass
@@ -80,7 +84,7 @@ def build_ui(handlers: DashboardHandlers) -> gr.Blocks:
                     compare_controls(handlers.compare, presenter.key)
             _view_columns()
         _wire(demo, handlers, firing, presenter)
-    return demo
+    return quiet_when_idle(demo)
 
 
 def _wire(demo: gr.Blocks, handlers: DashboardHandlers, firing: FiringControls,
@@ -172,6 +176,15 @@ def build_replay_ui(channels: ReplayChannels) -> gr.Blocks:
                 gr.HTML(_replay_bar_html(), elem_id="bs-replay-wrap")
                 gr.Markdown(_trace_about(channels), elem_id="bs-about")
             _view_columns()
+    return quiet_when_idle(demo)
+
+
+def quiet_when_idle(demo: gr.Blocks) -> gr.Blocks:
+    """Gradio's queue polls at ``IDLE_POLL_S`` while it has nothing to do (its defaults: 1 ms
+    for work, 10 ms for progress; the page has no progress bars)."""
+    queue = demo._queue  # Gradio gives no public setting for these
+    queue.sleep_when_free = max(queue.sleep_when_free, IDLE_POLL_S)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, IDLE_POLL_S)
     return demo
 
 
