@@ -186,3 +186,6 @@ def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_r
     assert below["headline"]["vllm"]["every_rate_within_slo"]
     assert "vllm: highest rate within the SLO 1.0 req/s (every rate tried: its limit lies higher)" in markdown(
         Setting(), below)
+    above = summarize({name: {"2.0": by_rate["2.0"]} for name, by_rate in results.items()})
+    assert "vllm: highest rate within the SLO: none of the rates tried (the lowest, 2.0 req/s, missed it)" in markdown(
+        Setting(), above)
