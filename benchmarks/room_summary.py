@@ -20,6 +20,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from viz.ui.strings import unmarked
+
 ONE, MANY = "1", "N"  # window kinds: one viewer, N viewers
 
 
@@ -187,7 +189,7 @@ def metric_value(exposition: str, name: str) -> float:
 
 def fired_ids(status: str) -> list[str]:
     """The request ids in the Fire button's answer, "Fired 2: q1, q2 · ..." ([] when refused)."""
-    english = status.split(" · ")[0]
+    english = unmarked(status).split(" · ")[0]
     if not english.startswith("Fired"):
         return []
     return [rid.strip() for rid in english.split(": ", 1)[1].split(",") if rid.strip()]

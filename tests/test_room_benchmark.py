@@ -21,6 +21,7 @@ from benchmarks.room_summary import (
     summarize,
     table,
 )
+from viz.ui.strings import PAGE
 
 
 def windows(*steps_per_10s: float) -> list[Window]:
@@ -86,6 +87,8 @@ def test_clicks_are_grouped_by_the_window_they_were_made_in():
 def test_the_fire_answer_and_the_metrics_are_parsed():
     assert fired_ids("Fired 2: q12, q13 · 已发射 2 个：q12, q13") == ["q12", "q13"]
     assert fired_ids("Not fired: one visitor may have 8 · 未发射") == []
+    # The page's answer as Gradio returns it: each language between invisible marks.
+    assert fired_ids(PAGE.both("fired", count=2, ids="q3, q4")) == ["q3", "q4"]
     text = "# HELP x\nbatchscope_iterations_total 12.0\nbatchscope_iterations_created 1.7e9\n"
     assert metric_value(text, "batchscope_iterations_total") == 12.0
     assert metric_value(text, "batchscope_generation_tokens_total") == 0.0
