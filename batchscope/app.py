@@ -40,7 +40,7 @@ from serve.proxies import add_proxy_argument, uvicorn_proxy_options
 from viz.live.hub import TelemetryHub
 from viz.live.identity import VisitorCookies, VisitorIdentity
 from viz.live.privacy import new_secret
-from viz.live.transport import SharedChannel, install_transports
+from viz.live.transport import WEBSOCKET_OPTIONS, SharedChannel, install_transports
 from viz.sources.replay_channels import ReplayChannels, install_replay_routes
 from viz.traces.recording import Recorder
 from viz.traces.trace import TraceError, load_trace
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     app, args, what = start(argv)
     log.info("Batchscope on %s (%s)", shown_url(args), what)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **WEBSOCKET_OPTIONS,
                 **uvicorn_proxy_options(args.forwarded_allow_ips))
 
 

@@ -206,7 +206,7 @@ def report(setting: RoomSetting, raw: dict, out: Path) -> str:
     p, clicks = raw["process"], summary["clicks"]
     run_s = sum(w.seconds for w in raw["windows"])
     text = "\n".join([
-        f"Room: {setting.viewers} viewers ({'permessage-deflate offered' if setting.deflate else 'no deflate'}), "
+        f"Room: {setting.viewers} viewers ({'messages deflated once for all' if setting.deflate else 'text messages'}), "
         f"{setting.firers} firers (preset {setting.fire.preset}, {setting.fire.count} x {setting.fire.max_tokens} "
         f"tokens every {setting.fire.every_s:g} s each), {setting.api_streams} API streams; model "
         f"{setting.model}; {len(raw['windows'])} windows of {setting.window_s:g} s (medians over windows).", "",
@@ -241,7 +241,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[RoomSetting, Path]:
     parser.add_argument("--rounds", type=int, default=d.rounds, help="N-viewer windows")
     parser.add_argument("--warmup", type=float, default=d.warmup_s)
     parser.add_argument("--settle", type=float, default=d.settle_s, help="seconds after (dis)connecting")
-    parser.add_argument("--no-deflate", action="store_true", help="viewers offer no permessage-deflate")
+    parser.add_argument("--no-deflate", action="store_true", help="viewers ask for text messages, not deflate-raw")
     parser.add_argument("--preset", default=f.preset)
     parser.add_argument("--fire-count", type=int, default=f.count, help="requests per click")
     parser.add_argument("--fire-max-tokens", type=int, default=f.max_tokens)

@@ -3,8 +3,10 @@
     python -m benchmarks.room_client URL [--no-deflate]      (started by benchmarks/room.py)
 
 Every viewer is an asyncio task holding one /ws/telemetry websocket (the ``websockets``
-library, permessage-deflate offered unless --no-deflate) with a fresh ``bs_visitor`` cookie
-of its own, and parses every message as a browser would (JSON). It notes the wall-clock time
+library, offering permessage-deflate as browsers do) with a fresh ``bs_visitor`` cookie of
+its own, asking for compressed messages as the page does (``?compress=deflate-raw``; text
+with --no-deflate, as a browser without DecompressionStream), and inflates and parses every
+message as a browser would (JSON). It notes the wall-clock time
 each frame arrived and, for each record in it, the lag from the record's ``t_end``. Viewer 0
 stays connected for the whole run and also notes each request's first-token time (from delta
 events, and from snapshot entries), so that room.py can time the firers' clicks.
@@ -27,6 +29,7 @@ import contextlib
 import json
 import sys
 import time
+import zlib
 from array import array
 from dataclasses import asdict, dataclass, field
 
@@ -87,8 +90,7 @@ class Room:
     """The connected viewers, and the logs of every viewer that ever was."""
 
     def __init__(self, url: str, deflate: bool):
-        self.url = url.replace("http://", "ws://") + "/ws/telemetry"
-        self.compression = "deflate" if deflate else None
+        self.url = url.replace("http://", "ws://") + "/ws/telemetry" + ("?compress=deflate-raw" if deflate else "")
         self.live: list[Viewer] = []
         self.logs: list[ViewerLog] = []
         self.first_tokens: dict[str, float] = {}
@@ -99,14 +101,14 @@ class Room:
         headers = {"Cookie": f"{COOKIE}={new_visitor_id()}"}
         try:
             async with self._handshakes:
-                ws = await websockets.connect(self.url, max_size=None, compression=self.compression,
+                ws = await websockets.connect(self.url, max_size=None, compression="deflate",
                                               additional_headers=headers, ping_interval=None,
                                               open_timeout=READY_TIMEOUT_S, close_timeout=CLOSE_TIMEOUT_S)
             self.extensions.add(ws.response.headers.get("Sec-WebSocket-Extensions", "none"))
             async with ws:
                 async for raw in ws:
                     now = time.time()
-                    message = json.loads(raw)
+                    message = json.loads(raw if isinstance(raw, str) else zlib.decompress(raw, -zlib.MAX_WBITS))
                     viewer.log.note(now, message)
                     if first_tokens is not None:
                         note_first_tokens(message, first_tokens)
@@ -182,7 +184,7 @@ async def serve(room: Room) -> None:
 async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url")
-    parser.add_argument("--no-deflate", action="store_true", help="offer no permessage-deflate")
+    parser.add_argument("--no-deflate", action="store_true", help="ask for text messages, not deflate-raw")
     args = parser.parse_args(argv)
     room = Room(args.url, deflate=not args.no_deflate)
     try:

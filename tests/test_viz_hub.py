@@ -2,6 +2,7 @@
 outboxes that drop the oldest frame, resync snapshots and per-visitor privacy."""
 import asyncio
 import json
+import zlib
 
 from viz.live.hub import TelemetryHub
 from viz.live.privacy import HIDDEN_TOKEN, PUBLIC
@@ -44,7 +45,7 @@ def drain(viewer) -> list[dict]:
         out = []
         while viewer._outbox or viewer.needs_snapshot:
             frame = await viewer.next_frame()
-            out.append(json.loads(frame) if frame is not None else {"type": "snapshot"})
+            out.append(json.loads(frame.text) if frame is not None else {"type": "snapshot"})
         return out
     return asyncio.run(take())
 
@@ -171,8 +172,11 @@ def test_viewers_owning_no_request_share_the_anonymous_frame():
     hub.tick()
     frames = [v._outbox[0] for v in strangers]
     assert all(frame is frames[0] for frame in frames)  # serialised once for all of them
-    assert owner._outbox[0] is not frames[0] and "secret" in owner._outbox[0]
-    assert json.loads(frames[0])["records"][0]["sampled"] == {"a1": HIDDEN_TOKEN}
+    assert owner._outbox[0] is not frames[0] and "secret" in owner._outbox[0].text
+    assert json.loads(frames[0].text)["records"][0]["sampled"] == {"a1": HIDDEN_TOKEN}
+    deflated = frames[0].deflated  # and compressed once for all of them
+    assert all(frame.deflated is deflated for frame in frames)
+    assert zlib.decompress(deflated, -zlib.MAX_WBITS).decode() == frames[0].text
 
 
 def test_a_late_viewer_gets_every_step_since_the_oldest_request_on_screen():

@@ -4,8 +4,11 @@ Identity is the ``bs_visitor`` cookie: the server sets it, derives the owner fro
 second connection with the same cookie (a reload) still reads that visitor's text."""
 import asyncio
 import json
+import zlib
+from functools import partial
 
 import pytest
+import websockets
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from test_viz_hub import arrival, delta, record
@@ -17,7 +20,8 @@ from viz.live.identity import COOKIE, VisitorCookies, VisitorIdentity, new_visit
 from support.viewers import SECRET, serve_hub, sse_messages, ws_messages
 
 ALICE, BOB = new_visitor_id(), new_visitor_id()
-TRANSPORTS = {"websocket": ws_messages, "sse": sse_messages}
+TRANSPORTS = {"websocket": ws_messages, "websocket-text": partial(ws_messages, compress=None),
+              "sse": sse_messages}
 
 
 def has_text(rid: str, text: str):
@@ -149,3 +153,32 @@ def test_a_viewer_that_leaves_is_unregistered(hub, transport):
         while hub.viewers and time.monotonic() < deadline:
             time.sleep(0.05)
         assert hub.viewers == []
+
+
+def test_a_page_asking_for_compression_gets_each_message_deflated_once_for_all():
+    """The page asks for ``?compress=deflate-raw``: binary messages it inflates itself, and the
+    server offers no permessage-deflate (that would compress every message once per viewer)."""
+    async def first_messages(url: str, query: str) -> tuple[list, str | None]:
+        async with websockets.connect(url.replace("http://", "ws://") + "/ws/telemetry" + query,
+                                      max_size=None) as ws:  # the library offers permessage-deflate
+            return [await ws.recv() for _ in range(2)], ws.response.headers.get("Sec-WebSocket-Extensions")
+
+    with serve_hub(TelemetryHub()) as server:
+        compressed, extensions = asyncio.run(first_messages(server.url, "?compress=deflate-raw"))
+        plain, _ = asyncio.run(first_messages(server.url, ""))
+    assert extensions is None
+    assert all(isinstance(m, bytes) for m in compressed) and all(isinstance(m, str) for m in plain)
+    texts = [json.loads(zlib.decompress(m, -zlib.MAX_WBITS)) for m in compressed]
+    assert [m["type"] for m in texts] == [json.loads(m)["type"] for m in plain] == ["snapshot", "frame"]
+
+
+def test_a_compression_the_server_does_not_offer_is_refused_with_its_reason():
+    async def refused(url: str) -> websockets.ConnectionClosed:
+        async with websockets.connect(url.replace("http://", "ws://") + "/ws/telemetry?compress=gzip") as ws:
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+        return closed.value
+
+    with serve_hub(TelemetryHub()) as server:
+        closed = asyncio.run(refused(server.url))
+    assert closed.rcvd.code == 1008 and "'gzip'" in closed.rcvd.reason and "deflate-raw" in closed.rcvd.reason

@@ -33,7 +33,7 @@ def test_the_frame_pump_logs_a_failing_tick_and_keeps_going(caplog):
             except TimeoutError:
                 continue
             if frame is not None:  # None: a resync snapshot is due
-                frames.append(json.loads(frame))
+                frames.append(json.loads(frame.text))
         await hub.stop()
         return frames
 

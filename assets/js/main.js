@@ -161,7 +161,7 @@ async function start() {
   window.addEventListener("resize", () => dispatch({ type: "redraw" }));
   page.telemetry = openTelemetry({ base: window.location.href, onMessage: dispatch,
     onLink: (kind) => { page.link = kind; scheduleDraw(); },
-    env: { WebSocket: window.WebSocket, EventSource: window.EventSource,
+    env: { WebSocket: window.WebSocket, EventSource: window.EventSource, DecompressionStream: window.DecompressionStream,
       setTimeout: window.setTimeout.bind(window), clearTimeout: window.clearTimeout.bind(window) } });
 }
 

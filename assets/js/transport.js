@@ -5,8 +5,11 @@
 // falls back to SSE for good. Either way a lost connection is reopened with backoff (0.3 s
 // doubling to 5 s, reset by a message), and a connection silent for SILENCE_MS (several of the
 // server's STATUS_INTERVAL_S, viz/live/hub.py: it speaks at least that often) is closed and
-// reopened. The environment (WebSocket, EventSource, timers) is passed in, so the state machine
-// runs under node's tests with fakes.
+// reopened. Where the browser has DecompressionStream the websocket asks for
+// ?compress=deflate-raw: each message comes as raw DEFLATE bytes the server compressed once for
+// every viewer (viz/live/frames.py), inflated here in arrival order. The environment (WebSocket,
+// EventSource, timers, DecompressionStream) is passed in, so the state machine runs under node's
+// tests with fakes.
 
 export const SILENCE_MS = 6000;
 const BACKOFF_MS = 300, MAX_BACKOFF_MS = 5000;
@@ -49,6 +52,16 @@ class TelemetryLink {
     this.silence = this.env.setTimeout(() => this.lost(connection), SILENCE_MS);
   }
 
+  // A message of a socket that asked for compression: binary ones are inflated; each is read
+  // after those before it, and dropped if its connection was replaced meanwhile.
+  heardDeflated(connection, data) {
+    const inflate = () => (typeof data === "string" ? data : new Response(new Blob([data]).stream()
+      .pipeThrough(new this.env.DecompressionStream("deflate-raw"))).text());
+    connection.inflating = connection.inflating.then(inflate).then(
+      (text) => { if (connection === this.current) this.heard(connection, "ws", text); },
+      () => {});  // not DEFLATE: dropped, like a message that is not JSON
+  }
+
   heard(connection, kind, data) {
     if (!connection.heard) { connection.heard = true; this.onLink(kind); }
     this.retries = 0;
@@ -76,9 +89,13 @@ class TelemetryLink {
   }
 
   openSocket() {
-    const ws = new this.env.WebSocket(this.url("/ws/telemetry", true));
-    const connection = { heard: false, close: () => { ws.onclose = ws.onerror = ws.onmessage = null; ws.close(); } };
-    ws.onmessage = (event) => this.heard(connection, "ws", event.data);
+    const deflated = !!this.env.DecompressionStream;
+    const ws = new this.env.WebSocket(this.url("/ws/telemetry", true) + (deflated ? "?compress=deflate-raw" : ""));
+    if (deflated) ws.binaryType = "arraybuffer";
+    const connection = { heard: false, inflating: Promise.resolve(),
+      close: () => { ws.onclose = ws.onerror = ws.onmessage = null; ws.close(); } };
+    ws.onmessage = (event) => (deflated ? this.heardDeflated(connection, event.data)
+      : this.heard(connection, "ws", event.data));
     ws.onclose = ws.onerror = () => this.lost(connection);
     return connection;
   }

@@ -113,3 +113,26 @@ test("close() stops everything", () => {
   assert.equal(env.sockets[0].closed, true);
   assert.equal(env.timers.length, 0);
 });
+
+test("with DecompressionStream the page asks for deflate-raw and reads binary messages in order", async () => {
+  const { deflateRawSync } = await import("node:zlib");
+  const env = { ...environment(), DecompressionStream: globalThis.DecompressionStream };
+  const { got, links } = start(env);
+  const ws = env.sockets[0];
+  assert.equal(ws.url, "wss://space.example/ws/telemetry?compress=deflate-raw");
+  assert.equal(ws.binaryType, "arraybuffer");
+  const big = { type: "snapshot", records: Array.from({ length: 2000 }, (_, step) => ({ step })) };
+  const bytes = (message) => new Uint8Array(deflateRawSync(JSON.stringify(message))).buffer;
+  ws.onmessage({ data: bytes(big) });  // a big one first: inflated later than the small one would be
+  ws.onmessage({ data: bytes({ type: "frame", seq: 1 }) });
+  ws.onmessage({ data: new Uint8Array([1, 2, 3]).buffer });  // not DEFLATE: dropped like bad JSON
+  ws.onmessage({ data: JSON.stringify({ type: "frame", seq: 2 }) });  // a text message still reads
+  await until(() => got.length === 3);
+  assert.deepEqual(got.map((m) => m.seq ?? m.records.length), [2000, 1, 2]);
+  assert.deepEqual(links, ["ws"]);
+});
+
+async function until(done, timeoutMs = 5000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!done() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+}

@@ -7,6 +7,8 @@ import time
 
 import uvicorn
 
+from viz.live.transport import WEBSOCKET_OPTIONS
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -24,7 +26,7 @@ class BackgroundServer:
         self.start_timeout = start_timeout
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
                                 ws_ping_interval=None,
-                                **{"timeout_graceful_shutdown": 2, **options})
+                                **{"timeout_graceful_shutdown": 2, **WEBSOCKET_OPTIONS, **options})
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 

@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import json
 import time
+import zlib
 from collections.abc import Callable
 
 import httpx
 import websockets
 from fastapi import FastAPI
 
+from viz.live.frames import DEFLATE_RAW
 from viz.live.hub import TelemetryHub
 from viz.live.identity import VisitorCookies, VisitorIdentity
 from viz.live.transport import SharedChannel, install_transports
@@ -33,18 +35,25 @@ def cookie_header(visitor: str | None) -> dict[str, str]:
     return {"Cookie": f"bs_visitor={visitor}"} if visitor else {}
 
 
+def text_of(raw: str | bytes) -> str:
+    """A websocket message's JSON text: binary ones are raw DEFLATE (``?compress=deflate-raw``)."""
+    return raw if isinstance(raw, str) else zlib.decompress(raw, -zlib.MAX_WBITS).decode()
+
+
 async def ws_messages(url: str, done: Done, timeout: float, visitor: str | None = None,
-                      action: Callable[[], None] | None = None) -> list[dict]:
+                      action: Callable[[], None] | None = None,
+                      compress: str | None = DEFLATE_RAW) -> list[dict]:
     """Messages of /ws/telemetry until ``done(messages)``; ``action`` runs in a thread once
-    the first message (the snapshot) came."""
-    ws_url = url.replace("http://", "ws://") + "/ws/telemetry"
+    the first message (the snapshot) came. ``compress``: asked as the page does, or None."""
+    query = f"?compress={compress}" if compress else ""
+    ws_url = url.replace("http://", "ws://") + "/ws/telemetry" + query
     messages: list[dict] = []
     async with websockets.connect(ws_url, max_size=None,
                                   additional_headers=cookie_header(visitor)) as ws:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not done(messages):
             try:
-                messages.append(json.loads(await asyncio.wait_for(ws.recv(), 1.0)))
+                messages.append(json.loads(text_of(await asyncio.wait_for(ws.recv(), 1.0))))
             except TimeoutError:
                 continue
             if action is not None and len(messages) == 1:

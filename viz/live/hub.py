@@ -7,7 +7,8 @@ event loop, wakes ``fps`` times a second, coalesces what arrived into one frame 
 and pushes it into each viewer's bounded outbox (see viewer.py).
 
 Messages (protocol v2, JSON text), the same on the websocket /ws/telemetry and on the SSE
-stream /telemetry/stream (transport.py):
+stream /telemetry/stream (transport.py); a websocket opened with ``?compress=deflate-raw`` gets
+each as a binary message, the text's raw DEFLATE bytes (frames.py):
 
 - ``{"type": "snapshot", "viewer": id, "meta": {...}, "status": {...}, "requests": [entry...],
   "records": [record...]}``: the whole state, replacing what the viewer had: first message,
@@ -27,7 +28,8 @@ stream /telemetry/stream (transport.py):
   tokens start in the output), ``mine`` and ``visible``; besides arrivals and deltas, a
   ``{"kind": "fired", "request_id", "time"}`` event announces a request fired from the
   dashboard that the engine does not have yet (pending until its arrival). Text of requests the viewer may not
-  read is removed (privacy.py). Viewers that would get the same bytes share one serialisation,
+  read is removed (privacy.py). Viewers that would get the same bytes share one serialisation
+  and one compression (frames.Message),
   and each record's bulk (all but ``sampled``) is serialised once per tick for all of them.
 - ``status``: ``{"source": "live" | "replay" | ..., "state", "error", "model",
   "load_seconds", "paused", "counts": {"pending", "waiting", "running"}, "engine": {"name",
@@ -248,17 +250,17 @@ class TelemetryHub:
             return owners.get(rid, self._book.default_owner)
 
         in_view = set(owners.values()) | {e.get("owner") for e in events}
-        messages: dict[Audience, str] = {}
+        messages: dict[Audience, frames.Message] = {}
         for viewer in self._viewers:
             audience = viewer.audience.among(in_view)
             if audience not in messages:
-                messages[audience] = frames.json_object({
+                messages[audience] = frames.Message(frames.json_object({
                     "type": "frame",
                     "seq": self._seq,
                     "status": status,
                     "records_dropped": arrived - len(records),
                     "events": [audience.event(e) for e in events],
-                }, records=_records_json(bodies, records, audience, owner_of))
+                }, records=_records_json(bodies, records, audience, owner_of)))
             viewer.push(messages[audience])
 
     def start(self) -> None:

@@ -13,6 +13,7 @@ import secrets
 from collections import deque
 from dataclasses import dataclass, field
 
+from .frames import Message
 from .privacy import Audience
 
 
@@ -27,10 +28,10 @@ class Viewer:
     id: str = field(default_factory=new_viewer_id)
     dropped: int = 0
     needs_snapshot: bool = True  # the first message is always a snapshot
-    _outbox: deque[str] = field(default_factory=deque)
+    _outbox: deque[Message] = field(default_factory=deque)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def push(self, message: str) -> None:
+    def push(self, message: Message) -> None:
         """Queue a frame (event-loop thread); never blocks."""
         if len(self._outbox) >= self.capacity:
             self._outbox.popleft()
@@ -42,7 +43,7 @@ class Viewer:
     def wake(self) -> None:
         self._ready.set()
 
-    async def next_frame(self) -> str | None:
+    async def next_frame(self) -> Message | None:
         """The next frame to send, or None when a snapshot is due first (the outbox is then
         emptied: the snapshot covers everything in it)."""
         while not self._outbox and not self.needs_snapshot:
