@@ -106,3 +106,22 @@ def test_the_summary_and_its_table():
     text = table(summary, 500)
     assert "| engine steps/s (/metrics) | 10.0 | 9.0 | 0.900 (0.900-0.900) |" in text
     assert "| record-to-viewer lag p50 / p99, ms | 30 / 80 | 30 / 80 | |" in text
+
+
+def test_the_client_parses_each_distinct_message_once():
+    """The viewers share one message's bytes: the client parses them once (its CPU is the
+    host's, not the browsers'), and different bytes are parsed on their own."""
+    import zlib
+
+    from benchmarks.room_client import Parsed
+
+    def deflated(text: str) -> bytes:
+        packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        return packer.compress(text.encode()) + packer.flush()
+
+    parsed = Parsed()
+    shared = deflated('{"type": "frame", "records": [{"t_end": 1.5}]}')
+    first, again = parsed(shared), parsed(bytes(shared))
+    assert first is again and first["records"][0]["t_end"] == 1.5
+    assert parsed('{"type": "snapshot"}') == {"type": "snapshot"}
+    assert parsed(deflated('{"type": "frame", "records": []}')) is not first
