@@ -37,7 +37,7 @@ import uvicorn
 from fastapi import FastAPI, Response
 
 from serve.proxies import add_proxy_argument, uvicorn_proxy_options
-from viz.live.hub import TelemetryHub
+from viz.live.hub import FRAMES_PER_S, TelemetryHub
 from viz.live.identity import VisitorCookies, VisitorIdentity
 from viz.live.privacy import new_secret
 from viz.live.transport import WEBSOCKET_OPTIONS, SharedChannel, install_transports
@@ -100,6 +100,13 @@ def common_arguments() -> argparse.ArgumentParser:
     return parser
 
 
+def room_frames_per_s(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text}: frames a second must be 0 (no limit) or more")
+    return value
+
+
 def add_viewing_arguments(parser: argparse.ArgumentParser) -> None:
     """Recording, text sharing and the presenter's key: live and attached alike."""
     parser.add_argument("--record", metavar="TRACE",
@@ -108,6 +115,11 @@ def add_viewing_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-view", action="store_true",
                         help="show every visitor the text of all requests (workshops); by "
                              "default a visitor sees only the text of their own requests")
+    parser.add_argument("--room-frames-per-s", type=room_frames_per_s, metavar="N", default=FRAMES_PER_S,
+                        help="frames a second the dashboard sends across all its viewers: with "
+                             "many viewers each gets fewer, larger frames (at least one a second), "
+                             "so that sending them leaves the engine its cores (0: no limit, 25 "
+                             "a second each)")
     parser.add_argument("--presenter-key", metavar="KEY",
                         help="presenter controls (pause, slow motion, policy, budget, Record: they act "
                              "on everyone) work only for visitors who enter KEY; without it "
@@ -252,7 +264,7 @@ def dashboard(args: argparse.Namespace, title: str, source, submitter, llm: Asyn
     from viz.ui.firing import Firing
     from viz.ui.handlers import DashboardHandlers
 
-    hub = TelemetryHub(shared_view=args.shared_view)
+    hub = TelemetryHub(shared_view=args.shared_view, frames_per_s=args.room_frames_per_s or None)
     firing = Firing(submitter, hub, max_prompt_tokens=max_prompt_tokens)
     detach = hub.attach(source, pending=firing.pending, kind=kind)
     recorder = Recorder(source, hub)

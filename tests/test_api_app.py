@@ -99,3 +99,15 @@ def test_limit_flags_reach_the_api(server):
     body = {"model": "default", "prompt": "hi", "max_tokens": 49}
     response = httpx.post(f"{running.url}/v1/completions", json=body, timeout=30)
     assert response.status_code == 400 and "limit of 48" in response.json()["error"]["message"]
+
+
+def test_the_rooms_frame_budget_is_a_flag_and_a_bad_one_is_refused(capsys):
+    from viz.live.hub import FRAMES_PER_S
+
+    parser = dashboard.build_parser()
+    assert parser.parse_args([]).room_frames_per_s == FRAMES_PER_S
+    assert parser.parse_args(["--room-frames-per-s", "0"]).room_frames_per_s == 0  # no limit
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--room-frames-per-s", bad])
+        assert "frames a second must be 0 (no limit) or more" in capsys.readouterr().err

@@ -90,6 +90,30 @@ def test_frames_are_coalesced_per_tick_and_capped():
     assert frame["records_dropped"] == 6
 
 
+def test_a_room_gets_fewer_larger_frames_and_no_record_is_lost_to_the_lower_rate():
+    """Every frame is sent once per viewer: a room shares a budget of frames a second, each viewer
+    getting fewer, larger frames (never under one a second), and the status says the rate."""
+    hub = TelemetryHub(shared_view=True, fps=25, frames_per_s=100, max_records_per_frame=4)
+    first = connected(hub, None)
+    assert hub.frame_rate() == 25 and hub.status()["frame_rate"] == {"now": 25, "full": 25}
+    room = [first] + [connected(hub, None) for _ in range(9)]
+    assert hub.frame_rate() == 10 and hub.records_per_frame() == 10  # 100 frames a second in all
+    room += [connected(hub, None) for _ in range(290)]
+    assert hub.frame_rate() == 1 and hub.status()["frame_rate"] == {"now": 1, "full": 25}
+    assert hub.records_per_frame() == 40  # 100 at this rate, bounded by what a tick keeps
+    for viewer in room:
+        drain(viewer)
+    for step in range(30):  # the engine's steps in the second between two frames
+        hub.publish_record(record(step))
+    hub.tick()
+    [frame] = drain(first)
+    assert [r["step"] for r in frame["records"]] == list(range(30)) and frame["records_dropped"] == 0
+    unlimited = TelemetryHub(fps=25, frames_per_s=None)
+    for _ in range(300):
+        connected(unlimited, None)
+    assert unlimited.frame_rate() == 25
+
+
 def test_a_slow_viewer_drops_its_oldest_frames_then_resyncs():
     hub = TelemetryHub(shared_view=True, outbox_frames=3)
     slow, fast = connected(hub, None), connected(hub, None)

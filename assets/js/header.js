@@ -32,6 +32,10 @@ export function statusParts(status, record, t, link) {
   if (status.viewers != null) {
     parts.push({ part: "viewers", text: t.short(status.viewers === 1 ? "status.viewer" : "status.viewers", { n: status.viewers }) });
   }
+  const rate = status.frame_rate;  // lowered for a room (viz/live/hub.py)
+  if (rate && rate.now < rate.full) {
+    parts.push({ part: "frame-rate", text: t.short("status.frame_rate", { n: rate.now }), title: t.short("status.frame_rate_why") });
+  }
   if (status.ingest) parts.push({ part: "ingest", text: ingestText(status, t) });
   if (link === "sse") parts.push({ part: "link", text: t.short("status.sse") });
   return parts.filter((p) => p.text);

@@ -57,6 +57,16 @@ test("the header counts are the server's pending / waiting / running", () => {
   assert.equal(statusParts({ ...status, source: "replay" }, record, t(), "sse").at(-1).text, "over SSE");
 });
 
+test("a room's lowered frame rate is said in the header, the full rate is not", () => {
+  const status = { source: "live", state: "ready", model: "m", viewers: 500, frame_rate: { now: 4, full: 25 } };
+  const [rate] = statusParts(status, null, t(), "ws").filter((p) => p.part === "frame-rate");
+  assert.equal(rate.text, "4 frames/s");
+  assert.match(rate.title, /many viewers/);
+  assert.equal(statusParts(status, null, t("zh"), "ws").find((p) => p.part === "frame-rate").text, "每秒 4 帧");
+  const few = { ...status, viewers: 3, frame_rate: { now: 25, full: 25 } };
+  assert.equal(statusParts(few, null, t(), "ws").some((p) => p.part === "frame-rate"), false);
+});
+
 test("banners: loading with the first-start note, failed, and a dead engine with its cause", () => {
   assert.equal(bannerView({ state: "ready" }, t()).hidden, true);
   assert.match(bannerView({ state: "loading", model: "m", load_seconds: 3 }, t()).text, /first start/);

@@ -6,6 +6,13 @@ under a short lock, so the engine never waits for a viewer. ``run()``, a task on
 event loop, wakes ``fps`` times a second, coalesces what arrived into one frame per audience
 and pushes it into each viewer's bounded outbox (see viewer.py).
 
+A room: every frame is sent once per viewer, and on a small machine the cores that sending takes
+are the engine's (BENCHMARKS.md, "A room on one server": 500 viewers at 8 frames a second each
+cost the engine a quarter of its tokens on 2 vCPUs). So the hub sends at most ``frames_per_s``
+frames a second across all its viewers: with many viewers each gets fewer, larger frames (never
+under one a second, never losing a record to the lower rate), and the status says the rate, so
+the page can tell the room why it updates less often.
+
 Messages (protocol v2, JSON text), the same on the websocket /ws/telemetry and on the SSE
 stream /telemetry/stream (transport.py); a websocket opened with ``?compress=deflate-raw`` gets
 each as a binary message, the text's raw DEFLATE bytes (frames.py):
@@ -22,8 +29,9 @@ each as a binary message, the text's raw DEFLATE bytes (frames.py):
 - ``{"type": "frame", "seq": int, "status": {...}, "records": [record...],
   "records_dropped": int, "events": [event...]}``: what happened since the previous frame.
   Records are IterationRecord dicts (engine/telemetry.py), in step order, at most
-  ``max_records_per_frame`` of the latest; ``records_dropped`` counts the older ones of the
-  tick left out (their steps are missing from the sequence). Events are RequestEvent
+  ``records_per_frame()`` of the latest (more when the rate is lowered); ``records_dropped``
+  counts the older ones of the tick left out (their steps are missing from the sequence).
+  Events are RequestEvent
   dicts plus ``color``, ``label``, ``offset``/``token_offset`` (deltas: where their text and
   tokens start in the output), ``mine`` and ``visible``; besides arrivals and deltas, a
   ``{"kind": "fired", "request_id", "time"}`` event announces a request fired from the
@@ -33,7 +41,8 @@ each as a binary message, the text's raw DEFLATE bytes (frames.py):
   and each record's bulk (all but ``sampled``) is serialised once per tick for all of them.
 - ``status``: ``{"source": "live" | "replay" | ..., "state", "error", "model",
   "load_seconds", "paused", "counts": {"pending", "waiting", "running"}, "engine": {"name",
-  "version"}, "shared_view", "viewers"}`` (+ ``"replay"`` in a replay; source_view.py); a
+  "version"}, "shared_view", "viewers", "frame_rate": {"now", "full"}}`` (+ ``"replay"`` in a
+  replay; source_view.py); a
   ``state`` is "loading", "ready", "failed", "dead" or "stopped". Sent in a frame at
   least once a second even when nothing happens, so a silent connection is a dead one.
   ``pending``: fired from the dashboard, not yet handed to the engine; ``waiting``: in the
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -65,17 +75,22 @@ StatusProvider = Callable[[], dict]
 MetaProvider = Callable[[], dict]
 MAX_PENDING_EVENTS = 8192
 STATUS_INTERVAL_S = 1.0  # a frame at least this often, even with nothing new
+FRAMES_PER_S = 2000.0  # frames a second across all viewers: 25 each up to 80 viewers, 4 at 500
 
 
 class TelemetryHub:
     def __init__(self, shared_view: bool = False, fps: float = 25.0, outbox_frames: int = 16,
                  history: int = KEEP, max_records_per_frame: int = 16, public: bool = False,
-                 viewer_count: Callable[[], int] | None = None):
+                 viewer_count: Callable[[], int] | None = None,
+                 frames_per_s: float | None = FRAMES_PER_S):
         """``public``: every request nobody claimed is readable by every viewer (a replayed
         trace holds only the text its recorder was allowed to keep). ``viewer_count``: the
-        number of viewers the status line shows, when this hub serves only some of them."""
+        number of viewers the status line shows, when this hub serves only some of them.
+        ``fps``: frames a second for each viewer of a small audience; ``frames_per_s``: for all
+        viewers together (None: no such limit)."""
         self.shared_view = shared_view
-        self.frame_interval = 1.0 / fps
+        self.fps = fps
+        self.frames_per_s = frames_per_s
         self.outbox_frames = outbox_frames
         self.max_records_per_frame = max_records_per_frame
         self._lock = threading.Lock()
@@ -195,13 +210,28 @@ class TelemetryHub:
 
     def status(self) -> dict:
         return {"shared_view": self.shared_view, "viewers": self._viewer_count(),
+                "frame_rate": {"now": round(self.frame_rate(), 1), "full": self.fps},
                 **self._status_provider()}
+
+    def frame_rate(self) -> float:
+        """Frames a second each viewer gets now: ``fps``, or less so that all viewers together
+        get at most ``frames_per_s``; never under one a second (the status interval)."""
+        if self.frames_per_s is None:
+            return self.fps
+        shared = self.frames_per_s / max(1, len(self._viewers))
+        return max(1.0 / STATUS_INTERVAL_S, min(self.fps, shared))
+
+    def records_per_frame(self) -> int:
+        """``max_records_per_frame`` at the full rate, as many more as the rate is lower, up
+        to what a tick keeps (the history's length: 40 steps a second at the lowest rate)."""
+        scaled = math.ceil(self.max_records_per_frame * self.fps / self.frame_rate())
+        return min(scaled, self._pending_records.maxlen)
 
     async def run(self) -> None:
         """The frame pump: one tick per frame interval, for the life of the server. A tick
         that fails is logged and its content dropped; every viewer then resyncs."""
         while True:
-            await asyncio.sleep(self.frame_interval)
+            await asyncio.sleep(1.0 / self.frame_rate())
             try:
                 self.tick()
             except Exception:
@@ -240,7 +270,7 @@ class TelemetryHub:
             return
         self._last_status = now
         self._seq += 1
-        latest = -self.max_records_per_frame
+        latest = -self.records_per_frame()
         self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
 
     def _push_frames(self, records: list[dict], bodies: list[frames.RecordBody], arrived: int,
