@@ -73,12 +73,13 @@ class RoomSetting:
         return f"room-{self.viewers}v-{self.firers}f" + ("" if self.deflate else "-nodeflate")
 
 
-def start_server(setting: RoomSetting, out: Path) -> launch.Server:
+def start_app(model: str, app_flags: tuple[str, ...], log: Path) -> launch.Server:
+    """The real app.py on a free loopback port, API limits raised for one client's streams."""
     port = launch.free_port()
-    command = [sys.executable, str(ROOT / "app.py"), "--model", setting.model, "--host", "127.0.0.1",
+    command = [sys.executable, str(ROOT / "app.py"), "--model", model, "--host", "127.0.0.1",
                "--port", str(port), "--api-max-concurrent-per-client", "4096",
-               "--api-max-waiting", "4096", *setting.app_flags]
-    return launch.start(command, port, out / f"{setting.name}-server.log")
+               "--api-max-waiting", "4096", *app_flags]
+    return launch.start(command, port, log)
 
 
 def host_busy_seconds() -> float:
@@ -88,12 +89,17 @@ def host_busy_seconds() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def proc_status_mib(pid: int, key: str = "VmRSS") -> float:
-    """A memory line of /proc/<pid>/status, in MiB."""
+def proc_status_field(pid: int, key: str) -> int:
+    """A number of /proc/<pid>/status (memory lines in kB)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+            return int(line.split()[1])
+    return 0
+
+
+def proc_status_mib(pid: int, key: str = "VmRSS") -> float:
+    """A memory line of /proc/<pid>/status, in MiB."""
+    return proc_status_field(pid, key) / 1024
 
 
 @dataclass
@@ -257,7 +263,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[RoomSetting, Path]:
 def main(argv: list[str] | None = None) -> None:
     setting, out = parse_args(argv)
     out.mkdir(parents=True, exist_ok=True)
-    server = start_server(setting, out)
+    server = start_app(setting.model, setting.app_flags, out / f"{setting.name}-server.log")
     try:
         wait_ready("batchscope", server)
         print(f"app.py ready at {server.url}; {setting.name}", flush=True)

@@ -42,9 +42,12 @@ class FireSetting:
         return [self.preset, "", self.count, self.max_tokens, self.temperature, self.spacing_ms, ""]
 
 
-async def gradio_answer(client: httpx.AsyncClient, api_name: str, data: list) -> str:
-    """Call a Gradio endpoint by its api_name and return its first output (str)."""
-    posted = await client.post(f"/gradio_api/call/{api_name}", json={"data": data})
+async def gradio_call(client: httpx.AsyncClient, api_name: str, data: list,
+                      session_hash: str | None = None) -> list:
+    """Call a Gradio endpoint by its api_name and return its outputs (``session_hash``: the
+    tab it comes from, for listeners that keep per-tab state)."""
+    body = {"data": data} if session_hash is None else {"data": data, "session_hash": session_hash}
+    posted = await client.post(f"/gradio_api/call/{api_name}", json=body)
     posted.raise_for_status()
     event_id = posted.json()["event_id"]
     event = ""
@@ -56,8 +59,13 @@ async def gradio_answer(client: httpx.AsyncClient, api_name: str, data: list) ->
                 data = json.loads(line[len("data: "):])
                 if event == "error":
                     raise RuntimeError(f"gradio error: {data}")
-                return data[0]
+                return data
     raise RuntimeError("gradio's event stream ended without an answer")
+
+
+async def gradio_answer(client: httpx.AsyncClient, api_name: str, data: list) -> str:
+    """A Gradio endpoint's first output (str)."""
+    return (await gradio_call(client, api_name, data))[0]
 
 
 @dataclass
