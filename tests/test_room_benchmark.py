@@ -125,3 +125,18 @@ def test_the_client_parses_each_distinct_message_once():
     assert first is again and first["records"][0]["t_end"] == 1.5
     assert parsed('{"type": "snapshot"}') == {"type": "snapshot"}
     assert parsed(deflated('{"type": "frame", "records": []}')) is not first
+
+
+def test_the_soak_verdict_compares_the_end_with_the_end_of_the_warm_up():
+    from benchmarks.soak import Sample, SoakSetting, verdict
+
+    def at(minute: int, rss: float, threads: int = 9, kv_free: int = 8) -> Sample:
+        return Sample(minute, float(minute), rss, threads, 11, kv_free, 8, 10 * minute, "solo check", "same as alone")
+
+    samples = [Sample(0, 0.0, 1400, 4, 11, 0, 0, 0, "start", ""), at(1, 2400), at(2, 2600), at(3, 2700), at(4, 2850)]
+    v = verdict(SoakSetting(warmup_minutes=2, bound_mib=300), samples)
+    assert (v["rss_start_mib"], v["rss_end_mib"], v["rss_growth_mib"]) == (2600, 2850, 250)
+    assert v["rss_within_bound"] and v["rss_peak_mib"] == 2850 and v["threads"] == [9, 9]
+    assert v["kv_all_free_at_every_sample"]  # minute 0 is before the first step: no pool yet
+    worse = verdict(SoakSetting(warmup_minutes=2, bound_mib=200), [*samples[:-1], at(4, 2850, threads=12, kv_free=7)])
+    assert not worse["rss_within_bound"] and worse["threads"] == [9, 12] and not worse["kv_all_free_at_every_sample"]
