@@ -182,3 +182,33 @@ def test_a_compression_the_server_does_not_offer_is_refused_with_its_reason():
     with serve_hub(TelemetryHub()) as server:
         closed = asyncio.run(refused(server.url))
     assert closed.rcvd.code == 1008 and "'gzip'" in closed.rcvd.reason and "deflate-raw" in closed.rcvd.reason
+
+
+def test_a_viewer_leaving_while_its_frame_is_sent_is_a_leave_not_an_error(caplog):
+    """In a workshop viewers come and go; one gone mid-send ends its connection quietly (the
+    server logged each as "sending failed" with two tracebacks: the soak's log filled with them)."""
+    from starlette.websockets import WebSocketDisconnect
+
+    from viz.live.transport import _serve_websocket
+
+    class Leaving:
+        closed: int | None = None
+
+        async def send_bytes(self, data: bytes) -> None:
+            raise WebSocketDisconnect(code=1006)
+
+        async def receive(self) -> dict:
+            await asyncio.Event().wait()
+
+        async def close(self, code: int = 1000) -> None:
+            self.closed = code
+
+    hub, socket = TelemetryHub(), Leaving()
+
+    async def serve() -> None:
+        await _serve_websocket(socket, hub, hub.connect(None), True)
+        await hub.stop()
+
+    with caplog.at_level("WARNING", logger="viz.live.transport"):
+        asyncio.run(asyncio.wait_for(serve(), 10))
+    assert caplog.records == [] and socket.closed is None

@@ -20,7 +20,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from fastapi import FastAPI, Request, WebSocket
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 
 from .frames import DEFLATE_RAW, Message
@@ -91,8 +91,9 @@ async def _serve_websocket(websocket: WebSocket, hub: TelemetryHub, viewer: View
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-    if sender in done and sender.exception() is not None:
-        log.error("viewer %s: sending failed", viewer.id, exc_info=sender.exception())
+    failure = sender.exception() if sender in done else None
+    if failure is not None and not isinstance(failure, WebSocketDisconnect):  # gone mid-send: a leave
+        log.error("viewer %s: sending failed", viewer.id, exc_info=failure)
         with contextlib.suppress(Exception):
             await websocket.close(code=1011)
 
