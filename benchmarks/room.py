@@ -35,15 +35,17 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
 
 from benchmarks.room_load import ApiStreams, Firers, FireSetting, cancel
-from benchmarks.room_summary import MANY, ONE, Window, metric_value, summarize, table
+from benchmarks.room_summary import JOIN, MANY, ONE, Window, metric_value, summarize, table
 from benchmarks.serving import launch, wait_ready
 from benchmarks.vllm_tap_cost import cpu_seconds
 
@@ -154,19 +156,28 @@ class Probe:
                 host_busy_seconds())
 
     async def window(self, kind: str, seconds: float) -> Window:
+        return await self.during(kind, asyncio.sleep(seconds))
+
+    async def during(self, kind: str, work: Awaitable) -> Window:
+        """The counters over ``work`` (a window's sleep, or viewers joining)."""
         start = await self.sample()
-        await asyncio.sleep(seconds)
+        await work
         end = await self.sample()
         steps, tokens, server, client, load, host = (b - a for a, b in zip(start[1:], end[1:], strict=True))
         return Window(kind, start[0], end[0], steps, tokens, server, client, load, host - server - client - load)
 
 
-async def measure(setting: RoomSetting, probe: Probe) -> list[Window]:
+async def measure(setting: RoomSetting, probe: Probe) -> tuple[list[Window], list[Window]]:
     """1, N, 1, N, ..., 1 viewers: every N window between two 1-viewer windows."""
-    windows = []
+    windows, joins = [], []
     for kind in [ONE, MANY] * setting.rounds + [ONE]:
         wanted = setting.viewers if kind == MANY else 1
-        ready = await probe.client.ask({"viewers": wanted})
+        answers = []
+        join = await probe.during(JOIN, _answer(probe.client.ask({"viewers": wanted}), answers))
+        ready = answers[0]
+        if kind == MANY:
+            joins.append(join)
+            print(f"  {wanted} viewers joined in {join.seconds:.1f} s ({join.rate('tokens'):.1f} tok/s meanwhile)", flush=True)
         if ready["failed"]:
             print(f"  {ready['failed']} of {wanted} viewers did not connect: {ready['errors']}", flush=True)
         await asyncio.sleep(setting.settle_s)
@@ -175,7 +186,11 @@ async def measure(setting: RoomSetting, probe: Probe) -> list[Window]:
         print(f"  {wanted:4d} viewer(s): {window.rate('steps'):7.1f} steps/s, {window.rate('tokens'):7.1f} tok/s, "
               f"server {window.rate('server_cpu_s'):.2f} cores, client {window.rate('client_cpu_s'):.2f} cores, "
               f"load {window.rate('load_cpu_s'):.2f} cores, other {window.rate('other_cpu_s'):.2f} cores", flush=True)
-    return windows
+    return windows, joins
+
+
+async def _answer(asked: Awaitable[dict], into: list[dict]) -> None:
+    into.append(await asked)
 
 
 async def session(setting: RoomSetting, server: launch.Server, out: Path) -> dict:
@@ -189,7 +204,7 @@ async def session(setting: RoomSetting, server: launch.Server, out: Path) -> dic
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
             await client.ask({"viewers": 1})
             await asyncio.sleep(setting.warmup_s)
-            windows = await measure(setting, Probe(server, client, http))
+            windows, joins = await measure(setting, Probe(server, client, http))
         rss_end = proc_status_mib(server.process.pid)
     finally:
         await cancel(*load)
@@ -200,7 +215,7 @@ async def session(setting: RoomSetting, server: launch.Server, out: Path) -> dic
                    "server_rss_mib": {"start": rss_start, "end": rss_end}}
     finally:
         await client.finish()
-    return {"windows": windows, "viewers": viewers, "clicks": firers.clicks, "process": process,
+    return {"windows": windows, "joins": joins, "viewers": viewers, "clicks": firers.clicks, "process": process,
             "api": {"streams_completed": api.completed, "chunks": api.chunks, "errors": len(api.errors)},
             "fire": {"errors": len(firers.errors)},
             "error_samples": {"fire": firers.errors[:20], "api": api.errors[:20]}}
@@ -217,6 +232,7 @@ def report(setting: RoomSetting, raw: dict, out: Path) -> str:
         f"tokens every {setting.fire.every_s:g} s each), {setting.api_streams} API streams; model "
         f"{setting.model}; {len(raw['windows'])} windows of {setting.window_s:g} s (medians over windows).", "",
         table(summary, setting.viewers), "",
+        join_line(raw["joins"], summary, setting.viewers),
         f"- server RSS: {p['server_rss_mib']['start']:.0f} MiB at start, {p['server_rss_mib']['end']:.0f} MiB at end",
         f"- viewers' client: {p['client_cpu_s']:.1f} CPU-s in all, peak RSS {p['client_peak_rss_mib']:.0f} MiB "
         f"({raw['viewers']['viewers_opened']} connections, {raw['viewers']['viewers_failed']} failed; "
@@ -227,11 +243,22 @@ def report(setting: RoomSetting, raw: dict, out: Path) -> str:
         f"measured {run_s:.0f} s"])
     out.mkdir(parents=True, exist_ok=True)
     data = {"setting": asdict(setting), **raw, "windows": [asdict(w) for w in raw["windows"]],
+            "joins": [asdict(w) for w in raw["joins"]],
             "clicks": [asdict(c) for c in raw["clicks"]], "summary": summary}
     data["viewers"] = {k: v for k, v in raw["viewers"].items() if k != "first_tokens"}
     (out / f"{setting.name}.json").write_text(json.dumps(data, indent=1))
     (out / f"{setting.name}.md").write_text(text + "\n")
     return text
+
+
+def join_line(joins: list[Window], summary: dict, viewers: int) -> str:
+    """How long N viewers took to connect and get their snapshots, and the engine meanwhile."""
+    seconds = sorted(w.seconds for w in joins)
+    tokens = statistics.median(w.rate("tokens") for w in joins)
+    one = summary["rates"]["tokens"][ONE]["median"]
+    return (f"- joining: {viewers} viewers connected, each with its snapshot, in {statistics.median(seconds):.1f} s "
+            f"(median, {seconds[0]:.1f}-{seconds[-1]:.1f}); the engine made {tokens:.0f} tok/s meanwhile "
+            f"({tokens / one:.2f}x the one-viewer windows)")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[RoomSetting, Path]:

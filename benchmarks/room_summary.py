@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from viz.ui.strings import unmarked
 
 ONE, MANY = "1", "N"  # window kinds: one viewer, N viewers
+JOIN = "join"  # N viewers connecting, each until its snapshot (room.py notes it apart)
 
 
 @dataclass(frozen=True)

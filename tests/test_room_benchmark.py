@@ -140,3 +140,14 @@ def test_the_soak_verdict_compares_the_end_with_the_end_of_the_warm_up():
     assert v["kv_all_free_at_every_sample"]  # minute 0 is before the first step: no pool yet
     worse = verdict(SoakSetting(warmup_minutes=2, bound_mib=200), [*samples[:-1], at(4, 2850, threads=12, kv_free=7)])
     assert not worse["rss_within_bound"] and worse["threads"] == [9, 12] and not worse["kv_all_free_at_every_sample"]
+
+
+def test_the_join_line_says_how_long_the_room_took_to_connect_and_what_the_engine_made():
+    from benchmarks.room import join_line
+    from benchmarks.room_summary import JOIN
+
+    joins = [Window(JOIN, 0.0, 10.0, 5, 100), Window(JOIN, 20.0, 24.0, 4, 80)]
+    summary = summarize(windows(100, 90, 100), {"kinds": {}, "first_tokens": {}}, [])
+    line = join_line(joins, summary, 500)
+    assert "500 viewers connected, each with its snapshot, in 7.0 s (median, 4.0-10.0)" in line
+    assert "15 tok/s meanwhile (0.38x the one-viewer windows)" in line  # 40 tok/s with one viewer

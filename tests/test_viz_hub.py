@@ -71,7 +71,7 @@ def test_replayed_records_and_events_reach_viewers_as_frames():
     assert [e["kind"] for e in frame["events"]] == ["arrival", "delta", "delta"]
     assert [e["offset"] for e in frame["events"][1:]] == [0, 5]
     assert all(e["visible"] and "owner" not in e for e in frame["events"])
-    snapshot = json.loads(hub.snapshot(viewer))
+    snapshot = json.loads(hub.snapshot(viewer).text)
     [entry] = snapshot["requests"]
     assert entry["text"] == "Hello world" and entry["finished"] and entry["num_output_tokens"] == 2
     assert [r["step"] for r in snapshot["records"]] == [0]
@@ -152,8 +152,39 @@ def test_visitors_read_only_their_own_text():
         assert sampled == (99 if own else HIDDEN_TOKEN)
         assert "token-a" not in json.dumps(frame)  # owner tokens never leave the server
         assert ("my question" in json.dumps(frame)) is own
-    bob_view = json.loads(hub.snapshot(bob))["requests"]
+    bob_view = json.loads(hub.snapshot(bob).text)["requests"]
     assert [e["text"] for e in bob_view] == ["", "text of p1"]
+
+
+def test_strangers_joining_between_two_changes_share_one_snapshot_tail_compressed_once():
+    """A room opens the page at once: the requests and history go into one tail per audience,
+    made and compressed once; each viewer's snapshot is its own head then that tail, and its
+    bytes inflate to its own text. A change (a tick with news) makes the next joiners a new one."""
+    hub = TelemetryHub()
+    hub.claim("a1", "token-a")
+    hub.publish_event(arrival("a1", prompt="my question"))
+    hub.publish_record(record(0, "a1", token=99))
+    hub.tick()
+    first, second, alice = connected(hub, "token-x"), connected(hub, None), connected(hub, "token-a")
+    shots = {v.id: hub.snapshot(v) for v in (first, second, alice)}
+    assert shots[first.id].tail is shots[second.id].tail  # strangers: one tail
+    assert shots[alice.id].tail is not shots[first.id].tail  # her own text: her own tail
+    for viewer in (first, second, alice):
+        message = shots[viewer.id]
+        inflated = zlib.decompress(message.deflated, -zlib.MAX_WBITS).decode()
+        assert inflated == message.text
+        snapshot = json.loads(inflated)
+        assert snapshot["viewer"] == viewer.id and snapshot["status"]["viewers"] == 3
+        [entry] = snapshot["requests"]
+        assert entry["mine"] is (viewer is alice) and (entry["prompt"] == "my question") is (viewer is alice)
+        assert snapshot["records"][0]["sampled"]["a1"] == (99 if viewer is alice else HIDDEN_TOKEN)
+    tail = shots[first.id].tail
+    hub.tick()  # nothing new: the tail stays
+    assert hub.snapshot(connected(hub, None)).tail is tail
+    hub.publish_event(delta("a1", "more"))
+    hub.tick()
+    late = hub.snapshot(connected(hub, None))
+    assert late.tail is not tail and json.loads(late.text)["requests"][0]["num_output_tokens"] == 1
 
 
 def test_reset_clears_history_and_resyncs_every_viewer():
@@ -167,7 +198,7 @@ def test_reset_clears_history_and_resyncs_every_viewer():
     hub.reset()
     hub.tick()
     assert drain(viewer) == [{"type": "snapshot"}]
-    snapshot = json.loads(hub.snapshot(viewer))
+    snapshot = json.loads(hub.snapshot(viewer).text)
     assert snapshot["requests"] == [] and snapshot["records"] == []
 
 
@@ -213,7 +244,7 @@ def test_a_late_viewer_gets_every_step_since_the_oldest_request_on_screen():
         if step % 10 == 9:
             hub.tick()
     late = connected(hub, None)
-    assert [r["step"] for r in json.loads(hub.snapshot(late))["records"]] == list(range(100))
+    assert [r["step"] for r in json.loads(hub.snapshot(late).text)["records"]] == list(range(100))
 
 
 def test_the_history_keeps_the_latest_40_when_no_card_needs_more():
@@ -222,4 +253,4 @@ def test_the_history_keeps_the_latest_40_when_no_card_needs_more():
         hub.publish_record(record(step))
         hub.tick()
     late = connected(hub, None)
-    assert [r["step"] for r in json.loads(hub.snapshot(late))["records"]] == list(range(60, 100))
+    assert [r["step"] for r in json.loads(hub.snapshot(late).text)["records"]] == list(range(60, 100))

@@ -94,6 +94,6 @@ def test_a_request_that_cannot_be_submitted_is_finished_with_its_error():
                               prepared=Prepared((5, 6), params, None))]
     hub.fired("x1", "token-a", "label")  # as fire() does, before its thread submits
     Firing(LocalSubmitter(StoppedLLM()), hub).submit(planned)
-    [entry] = json.loads(hub.snapshot(Viewer(Audience("token-a"))))["requests"]
+    [entry] = json.loads(hub.snapshot(Viewer(Audience("token-a"))).text)["requests"]
     assert entry["finished"] and entry["finish_reason"] == "error" and entry["mine"]
     assert entry["error"] == "the engine is stopped"

@@ -132,6 +132,19 @@ test("with DecompressionStream the page asks for deflate-raw and reads binary me
   assert.deepEqual(links, ["ws"]);
 });
 
+test("a message compressed in two parts (a snapshot's own head, then a tail shared by many) inflates as one", async () => {
+  const { deflateRawSync, constants } = await import("node:zlib");
+  const env = { ...environment(), DecompressionStream: globalThis.DecompressionStream };
+  const { got } = start(env);
+  const head = '{"type": "snapshot", "viewer": "v7", ';
+  const tail = `"records": ${JSON.stringify(Array.from({ length: 500 }, (_, step) => ({ step })))}}`;
+  const parts = [deflateRawSync(head, { finishFlush: constants.Z_SYNC_FLUSH }), deflateRawSync(tail)];
+  env.sockets[0].onmessage({ data: new Uint8Array(Buffer.concat(parts)).buffer });
+  await until(() => got.length === 1);
+  assert.equal(got[0].viewer, "v7");
+  assert.equal(got[0].records.length, 500);
+});
+
 async function until(done, timeoutMs = 5000) {
   const deadline = Date.now() + timeoutMs;
   while (!done() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));

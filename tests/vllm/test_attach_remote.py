@@ -76,7 +76,7 @@ def test_fired_chat_prompts_stream_their_text_under_the_dashboards_ids(fake):
         assert arrival["num_prompt_tokens"] == len(token_ids("what is continuous batching"))
         assert attached.text(rid) == " what is continuous"
         assert attached.finished(rid)["finish_reason"] == "length"
-    [entry] = [e for e in json.loads(attached.hub.snapshot(Viewer(Audience("me"))))["requests"]
+    [entry] = [e for e in json.loads(attached.hub.snapshot(Viewer(Audience("me"))).text)["requests"]
                if e["request_id"] == ids[0]]
     assert entry["mine"] and entry["text"] == " what is continuous" and entry["num_output_tokens"] == 3
 

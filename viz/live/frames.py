@@ -60,17 +60,34 @@ def json_array(texts: list[str]) -> str:
     return "[" + ", ".join(texts) + "]"
 
 
+def deflate_raw(text: str, final: bool = True) -> bytes:
+    """``text`` as raw DEFLATE. Not ``final``: flushed to a byte boundary without the last block,
+    so that another raw DEFLATE stream may follow and the two inflate as one text."""
+    compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(text.encode()) + compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+
+
 @dataclass(eq=False, slots=True)
 class Message:
-    """One message's JSON text, shared by every viewer it goes to, compressed at most once."""
+    """One message's JSON text, shared by every viewer it goes to, compressed at most once.
 
-    text: str
+    A message may end in a ``tail`` shared with other messages (a snapshot's requests and
+    history, the same for every stranger who joins between two ticks): its text is ``own`` then
+    the tail's, and its compressed bytes are ``own``'s, flushed, then the tail's, compressed once.
+    """
+
+    own: str
+    tail: Message | None = None
     _deflated: bytes | None = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return self.own if self.tail is None else self.own + self.tail.text
 
     @property
     def deflated(self) -> bytes:
         """The text as raw DEFLATE (no zlib header), what DecompressionStream("deflate-raw") reads."""
         if self._deflated is None:
-            compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-            self._deflated = compressor.compress(self.text.encode()) + compressor.flush()
+            own = deflate_raw(self.own, final=self.tail is None)
+            self._deflated = own if self.tail is None else own + self.tail.deflated
         return self._deflated

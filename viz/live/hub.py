@@ -101,6 +101,7 @@ class TelemetryHub:
         self._pending_events: deque[dict] = deque(maxlen=MAX_PENDING_EVENTS)
         self._events_lost = False
         self._history = RecordHistory(keep=history)
+        self._snapshot_tails: dict[Audience, frames.Message] = {}  # until the next tick that changes anything
         self._reset_pending = False
         self._viewers: list[Viewer] = []
         self._status_provider: StatusProvider = lambda: {"source": "none", "state": "idle"}
@@ -193,20 +194,27 @@ class TelemetryHub:
     def viewers(self) -> list[Viewer]:
         return list(self._viewers)
 
-    def snapshot(self, viewer: Viewer) -> str:
-        audience = viewer.audience
+    def snapshot(self, viewer: Viewer) -> frames.Message:
+        """The viewer's first message (and its resync): its own head, then the requests and the
+        history, which every viewer of its audience joining before the next change shares, made
+        and compressed once (a room opening the page at once: 500 snapshots of 1.4 MB each).
+        Events after the tail was made reach the viewer in the next frame, as they would have."""
+        head = frames.json_object({"type": "snapshot", "viewer": viewer.id, "meta": self._meta_provider(),
+                                   "status": self.status()})
+        return frames.Message(head[:-1] + ", ", self._snapshot_tail(viewer.audience))
+
+    def _snapshot_tail(self, audience: Audience) -> frames.Message:
         with self._lock:
-            entries = [e.to_dict() for e in self._book.entries()]
-            owner_of = self._book.owner
-            history, bodies = self._history.items()
-            records = _records_json(bodies, history, audience, owner_of)
-        return frames.json_object({
-            "type": "snapshot",
-            "viewer": viewer.id,
-            "meta": self._meta_provider(),
-            "status": self.status(),
-            "requests": [audience.entry(e) for e in entries],
-        }, records=records)
+            entries = self._book.entries()
+            audience = audience.among({e.owner for e in entries})
+            tail = self._snapshot_tails.get(audience)
+            if tail is None:
+                history, bodies = self._history.items()
+                records = _records_json(bodies, history, audience, self._book.owner)
+                requests = frames.dumps([audience.entry(e.to_dict()) for e in entries])
+                tail = frames.Message(f'"requests": {requests}, "records": {records}}}')
+                self._snapshot_tails[audience] = tail
+        return tail
 
     def status(self) -> dict:
         return {"shared_view": self.shared_view, "viewers": self._viewer_count(),
@@ -242,6 +250,7 @@ class TelemetryHub:
         if forget_history:
             with self._lock:
                 self._history.clear()
+                self._snapshot_tails.clear()
         for viewer in self._viewers:
             viewer.needs_snapshot = True
             viewer.wake()
@@ -257,6 +266,8 @@ class TelemetryHub:
             owners = {e.request_id: e.owner for e in self._book.entries()}
             reset, self._reset_pending = self._reset_pending, False
             lost, self._events_lost = self._events_lost, False
+            if records or events or reset or lost:
+                self._snapshot_tails.clear()
             if reset:
                 self._history.clear()
         bodies = [frames.RecordBody.of(r) for r in records]  # (outside the lock: producers never wait)

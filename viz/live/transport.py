@@ -58,7 +58,7 @@ async def messages(hub: TelemetryHub, viewer: Viewer) -> AsyncIterator[Message]:
     """The viewer's messages as they become due: a snapshot first and after any gap."""
     while True:
         frame = await viewer.next_frame()
-        yield frame if frame is not None else Message(hub.snapshot(viewer))
+        yield frame if frame is not None else hub.snapshot(viewer)
 
 
 def install_transports(app: FastAPI, channels: Channels, identity: VisitorIdentity) -> None:
