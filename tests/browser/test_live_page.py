@@ -190,3 +190,36 @@ def test_with_websockets_refused_all_four_views_update_over_sse(tiny_model_dir):
         wait_for(driver, lambda: {s for rid, s in debug(driver)["cards"] if rid in ids} == {"finished"},
                  "the shot to finish", 120)
         wait_for(driver, lambda: shows(driver, live.last_record()), "the last step drawn in all four views")
+
+
+@needs_chromium
+def test_a_lowered_frame_rate_is_said_in_the_header_and_every_step_still_drawn(tiny_model_dir):
+    """--room-frames-per-s 10: one viewer gets 10 frames a second, a second viewer halves it;
+    the header says the rate (and why, on hover), and the views still draw the last step."""
+    import asyncio
+
+    import websockets
+
+    options = ("--num-kv-blocks", "256", "--room-frames-per-s", "10")
+    with live_dashboard(tiny_model_dir, options=options) as live, chromium(1366, 768) as driver:
+        open_page(driver, live)
+        def rate() -> tuple[str, str] | None:  # the header is redrawn each frame: read it in one go
+            return driver.execute_script(
+                "const e = document.querySelector('#bs-status .bs-status-frame-rate');"
+                "return e ? [e.textContent, e.title] : null;")
+
+        shown = wait_for(driver, lambda: (r := rate()) and "10 frames/s" in r[0] and r, "10 frames/s")
+        assert "每秒 10 帧" in shown[0]  # the page's default mode shows both languages
+        assert "many viewers" in shown[1]
+
+        async def second_viewer() -> None:
+            async with websockets.connect(live.url.replace("http", "ws") + "/ws/telemetry", max_size=None) as ws:
+                await ws.recv()
+                wait_for(driver, lambda: "5 frames/s" in (rate() or [""])[0], "5 frames/s with two viewers")
+
+        asyncio.run(second_viewer())
+        wait_for(driver, lambda: "10 frames/s" in (rate() or [""])[0], "10 frames/s again")
+        ids = fire(driver)
+        wait_for(driver, lambda: {s for rid, s in debug(driver)["cards"] if rid in ids} == {"finished"},
+                 "the shot to finish", 120)
+        wait_for(driver, lambda: shows(driver, live.last_record()), "the last step drawn in all four views")

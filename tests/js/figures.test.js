@@ -267,3 +267,16 @@ test("timing: rows on the window's own range, a spike clipped and marked with it
   const axOne = timing(ones, view({ records: ones })).layout.yaxis2;
   assert.equal(axOne.dtick, 1);  // "0, 1, 2", never "0, 1, 1"
 });
+
+test("an empty view's message fits its figure in every language mode, at the stage's panel width", () => {
+  for (const lang of ["en", "zh", "both"]) {
+    for (const [build, key] of [[tokenLayout, "empty.layout"], [blockTables, "empty.blocks"], [attention, "empty.attention"]]) {
+      const v = view({ lang, width: 470, height: 300 });
+      const [note] = build([], v).layout.annotations;
+      const lines = note.text.split("<br>");
+      const width = Math.max(...lines.map((line) => textWidth(line, note.font.size)));
+      assert.ok(width <= 470 - 32, `${key} (${lang}) is ${Math.round(width)} px wide in 438 px: ${note.text}`);
+      assert.equal(plainText(note.text).replace(/[ ·]/g, ""), v.t.parts(key).join("").replace(/[ ·]/g, ""));
+    }
+  }
+});

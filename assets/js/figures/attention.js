@@ -12,7 +12,7 @@ const TICK_SIZE = 12, NOTE_SIZE = 12, MAX_LIST = 10;
 
 export function attention(records, view) {
   const record = view.shown.record;
-  if (!record) return emptyFigure(view, view.t("empty.attention"));
+  if (!record) return emptyFigure(view, view.t.parts("empty.attention"));
   const bands = layoutBands(record);
   const header = titleAnnotation(headerParts(record), { widthPx: view.size.width - 8,
     hover: fullLists(record) });

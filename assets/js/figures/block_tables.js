@@ -10,7 +10,7 @@ const TABLES = [0, 0.52], POOL = [0.58, 1];
 
 export function blockTables(records, view) {
   const record = view.shown.record;
-  if (!record) return emptyFigure(view, view.t("empty.blocks"));
+  if (!record) return emptyFigure(view, view.t.parts("empty.blocks"));
   const ids = Object.keys(record.block_tables).slice(0, MAX_TABLES);
   const tickPx = textPx(view, 11), titlePx = textPx(view, 12);
   const margin = { l: Math.min(120, Math.max(40, ...ids.map((rid) => textWidth(esc(rid), tickPx) + 12))), r: 12 };

@@ -41,12 +41,17 @@ export function axis(extra) {
     tickangle: 0, ...extra };
 }
 
+// A figure with nothing to draw yet: ``message`` (a text, or its languages apart: t.parts)
+// centred, wrapped into the figure's width (both languages on one line did not fit a panel).
 export function emptyFigure(view, message) {
+  const size = 15, margin = 16;
+  const parts = (Array.isArray(message) ? message : [message]).map(esc);
+  const fitted = fitParts(parts, { width: view.size.width - 2 * margin, size, maxLines: 4 });
   return { ids: [], data: [], layout: baseLayout(view, {
-    margin: { l: 16, r: 16, t: 16, b: 16 },
+    margin: { l: margin, r: margin, t: margin, b: margin },
     xaxis: axis({ visible: false }), yaxis: axis({ visible: false }),
-    annotations: [{ text: esc(message), showarrow: false, font: { size: 15, color: THEME.muted },
-      xref: "paper", yref: "paper", x: 0.5, y: 0.5 }],
+    annotations: [{ text: fitted.text, showarrow: false, font: { size, color: THEME.muted },
+      xref: "paper", yref: "paper", x: 0.5, y: 0.5, hovertext: fitted.hover ?? undefined }],
   }) };
 }
 

@@ -9,7 +9,7 @@ const OTHER_COLOR = "#a6a6a6", PADDED_COLOR = "#ff6b6b";
 const THROUGHPUT_WINDOW = 10, LEGEND_SIZE = 11;
 
 export function timing(records, view) {
-  if (!view.shown.record) return emptyFigure(view, view.t("empty.timing"));
+  if (!view.shown.record) return emptyFigure(view, view.t.parts("empty.timing"));
   const t = view.t, steps = records.map((r) => r.step);
   const throughput = tokensPerSecond(records);
   const phases = phaseBars(records, view);

@@ -16,7 +16,7 @@ const MAX_SUM_TERMS = 6, MAX_STALLED = 8;
 
 export function tokenLayout(records, view) {
   const record = view.shown.record;
-  if (!record) return emptyFigure(view, view.t("empty.layout"));
+  if (!record) return emptyFigure(view, view.t.parts("empty.layout"));
   const full = Math.max(record.token_budget, record.num_rows, 1);
   const { annotation, height } = titleAnnotation(titleParts(record, view),
     { widthPx: view.size.width - 8, maxLines: 3 });
