@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -151,9 +152,16 @@ class SoloChecker:
     """Runs solo checks on one engine, one at a time (two at once would batch together)."""
 
     def __init__(self, llm: AsyncLLM, runs: RunLog):
-        self.llm = llm
+        self._llm = weakref.ref(llm)  # the engine owns its checker: no cycle keeps a shut-down engine's weights
         self.runs = runs
         self._lock = threading.Lock()
+
+    @property
+    def llm(self) -> AsyncLLM:
+        llm = self._llm()
+        if llm is None:
+            raise RuntimeError("the engine is gone")
+        return llm
 
     def check(self, request_id: str, solo_request_id: str | None = None, timeout: float = 120.0) -> SoloReport:
         run = self.runs.finished(request_id)
