@@ -13,6 +13,7 @@ source: the page computes everything it shows from them.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import threading
@@ -132,7 +133,8 @@ class CompareRunner:
             for side in compare.sides:
                 compare.running = side.label
                 compare.results.append(self._run_side(compare, side))
-                release_free_memory()  # the side's engine is gone: give its memory back
+                gc.collect()  # the side's engine may sit in reference cycles (its Firing's share)
+                release_free_memory()  # then give its memory back
             compare.state = "done"
         except Exception as exc:  # a failed compare is reported, the server goes on
             log.exception("compare %d failed", compare.id)
