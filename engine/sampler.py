@@ -1,10 +1,13 @@
 """Sampler: one vectorised pass turns the step's logits rows into one token per request.
 
 Greedy rows take the argmax. Other rows are scaled by temperature and filtered by top-k, top-p
-and min-p (on one sort shared by all rows, only when some row asks for a filter), then drawn
-with the exponential race (``argmax(p / E)``, E ~ Exp(1)), which equals sampling from ``p``.
-A seeded request draws its noise from its own generator, so its tokens do not depend on what
-else shares the batch.
+and min-p (on one sort shared by all rows, only when some row asks for a filter), then drawn by
+inverse CDF: one uniform number a row, and the token where the row's cumulative probability
+first exceeds it, which is sampling from ``p`` exactly. The exponential race (``argmax(p / E)``,
+E ~ Exp(1), vLLM's) draws one random number per vocabulary entry instead: 2.9 million for 60 rows
+of a 49,152-token vocabulary, the sampler's largest cost on CPU (a third of a dashboard step with
+presets at temperature 0.7). A seeded request draws from its own generator, so its tokens do not
+depend on what else shares the batch.
 
 Log-probabilities (``SamplingParams.logprobs``) are those of the model itself: the log-softmax,
 in fp32, of the raw logits the sampler receives, before temperature, top-k, top-p and min-p
@@ -69,19 +72,25 @@ class Sampler:
             logits, order = logits.sort(dim=-1, descending=True)
             logits = self._filter(logits, params)
         probs = torch.softmax(logits, dim=-1)
-        noise = torch.empty_like(probs)
-        shared = [i for i, g in enumerate(generators) if g is None]
-        if shared:
-            noise[shared] = torch.empty(len(shared), probs.shape[1], device=device).exponential_(
-                generator=self.generator
-            )
-        for i, generator in enumerate(generators):
-            if generator is not None:
-                noise[i].exponential_(generator=generator)
-        choice = (probs / noise).max(dim=-1).indices
+        choice = self._inverse_cdf(probs, generators)
         if order is not None:
             choice = order.gather(1, choice[:, None])[:, 0]
         return choice
+
+    def _inverse_cdf(self, probs: torch.Tensor, generators) -> torch.Tensor:
+        """Each row's token: where its cumulative probability (fp64) first exceeds a uniform draw,
+        the row's own generator's for a seeded request, else the sampler's."""
+        device = probs.device
+        draws = torch.empty(probs.shape[0], 1, dtype=torch.float64, device=device)
+        shared = [i for i, g in enumerate(generators) if g is None]
+        if shared:
+            draws[shared] = torch.rand(len(shared), 1, dtype=torch.float64, device=device, generator=self.generator)
+        for i, generator in enumerate(generators):
+            if generator is not None:
+                draws[i] = torch.rand(1, dtype=torch.float64, device=device, generator=generator)
+        cdf = probs.to(torch.float64).cumsum(dim=-1)
+        choice = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True)[:, 0]
+        return choice.clamp_(max=probs.shape[1] - 1)
 
     @staticmethod
     def _filter(sorted_logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
