@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -82,6 +83,12 @@ def start_app(model: str, app_flags: tuple[str, ...], log: Path) -> launch.Serve
                "--port", str(port), "--api-max-concurrent-per-client", "4096",
                "--api-max-waiting", "4096", *app_flags]
     return launch.start(command, port, log)
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (``timeout``, ``kill``) exits through ``finally``, so the app this benchmark started
+    is stopped with it instead of left running."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def host_busy_seconds() -> float:
@@ -290,6 +297,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[RoomSetting, Path]:
 def main(argv: list[str] | None = None) -> None:
     setting, out = parse_args(argv)
     out.mkdir(parents=True, exist_ok=True)
+    exit_on_sigterm()
     server = start_app(setting.model, setting.app_flags, out / f"{setting.name}-server.log")
     try:
         wait_ready("batchscope", server)

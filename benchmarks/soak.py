@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.room import ROOT, proc_status_field, proc_status_mib, start_app
+from benchmarks.room import ROOT, exit_on_sigterm, proc_status_field, proc_status_mib, start_app
 from benchmarks.room_load import ApiStreams, Firers, FireSetting, cancel
 from benchmarks.room_summary import metric_value
 from benchmarks.serving import launch, wait_ready
@@ -223,6 +223,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[SoakSetting, Path]:
 def main(argv: list[str] | None = None) -> None:
     setting, out = parse_args(argv)
     out.mkdir(parents=True, exist_ok=True)
+    exit_on_sigterm()
     server = start_app(setting.model, setting.app_flags, out / "soak-server.log")
     try:
         wait_ready("batchscope", server)
