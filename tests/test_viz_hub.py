@@ -159,7 +159,7 @@ def test_visitors_read_only_their_own_text():
 def test_strangers_joining_between_two_changes_share_one_snapshot_tail_compressed_once():
     """A room opens the page at once: the requests and history go into one tail per audience,
     made and compressed once; each viewer's snapshot is its own head then that tail, and its
-    bytes inflate to its own text. A change (a tick with news) makes the next joiners a new one."""
+    bytes inflate to its own text. A change (an event, a step's record) makes the next a new one."""
     hub = TelemetryHub()
     hub.claim("a1", "token-a")
     hub.publish_event(arrival("a1", prompt="my question"))
@@ -181,9 +181,8 @@ def test_strangers_joining_between_two_changes_share_one_snapshot_tail_compresse
     tail = shots[first.id].tail
     hub.tick()  # nothing new: the tail stays
     assert hub.snapshot(connected(hub, None)).tail is tail
-    hub.publish_event(delta("a1", "more"))
-    hub.tick()
-    late = hub.snapshot(connected(hub, None))
+    hub.publish_event(delta("a1", "more"))  # the book changes: the next joiner sees it at once,
+    late = hub.snapshot(connected(hub, None))  # as the header's counts do (before any tick)
     assert late.tail is not tail and json.loads(late.text)["requests"][0]["num_output_tokens"] == 1
 
 

@@ -101,7 +101,7 @@ class TelemetryHub:
         self._pending_events: deque[dict] = deque(maxlen=MAX_PENDING_EVENTS)
         self._events_lost = False
         self._history = RecordHistory(keep=history)
-        self._snapshot_tails: dict[Audience, frames.Message] = {}  # until the next tick that changes anything
+        self._snapshot_tails: dict[Audience, frames.Message] = {}  # until the book or the history changes
         self._reset_pending = False
         self._viewers: list[Viewer] = []
         self._status_provider: StatusProvider = lambda: {"source": "none", "state": "idle"}
@@ -150,6 +150,7 @@ class TelemetryHub:
             if len(self._pending_events) == MAX_PENDING_EVENTS:
                 self._events_lost = True  # viewers resync from the book
             self._pending_events.append(self._book.apply(event))
+            self._snapshot_tails.clear()  # a snapshot shows the book as it is
 
     def fired(self, request_id: str, owner: str | None, label: str | None = None) -> None:
         """A request fired from the dashboard that the engine does not have yet: claimed, and
@@ -162,6 +163,7 @@ class TelemetryHub:
         unowned); ``privacy.PUBLIC`` lets every viewer read it."""
         with self._lock:
             self._book.claim(request_id, owner, label)
+            self._snapshot_tails.clear()
 
     def claimed(self, request_id: str) -> tuple[str | None, str | None]:
         """The (owner, label) ``claim`` gave ``request_id``; (None, None) if none (a recorder
@@ -173,6 +175,7 @@ class TelemetryHub:
         """Forget all requests and history (a replay seeking backwards); viewers start over."""
         with self._lock:
             self._book.clear()
+            self._snapshot_tails.clear()
             self._pending_records.clear()
             self._records_arrived = 0
             self._pending_events.clear()
@@ -196,9 +199,9 @@ class TelemetryHub:
 
     def snapshot(self, viewer: Viewer) -> frames.Message:
         """The viewer's first message (and its resync): its own head, then the requests and the
-        history, which every viewer of its audience joining before the next change shares, made
-        and compressed once (a room opening the page at once: 500 snapshots of 1.4 MB each).
-        Events after the tail was made reach the viewer in the next frame, as they would have."""
+        history, which every viewer of its audience joining before the next change (an event, a
+        claim, a step's record) shares, made and compressed once (a room opening the page at
+        once: 500 snapshots of 1.4 MB each); a tail always shows the book as it is now."""
         head = frames.json_object({"type": "snapshot", "viewer": viewer.id, "meta": self._meta_provider(),
                                    "status": self.status()})
         return frames.Message(head[:-1] + ", ", self._snapshot_tail(viewer.audience))
@@ -266,8 +269,8 @@ class TelemetryHub:
             owners = {e.request_id: e.owner for e in self._book.entries()}
             reset, self._reset_pending = self._reset_pending, False
             lost, self._events_lost = self._events_lost, False
-            if records or events or reset or lost:
-                self._snapshot_tails.clear()
+            if records:
+                self._snapshot_tails.clear()  # the history changes below
             if reset:
                 self._history.clear()
         bodies = [frames.RecordBody.of(r) for r in records]  # (outside the lock: producers never wait)
