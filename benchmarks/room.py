@@ -163,15 +163,15 @@ class Probe:
                 host_busy_seconds())
 
     async def window(self, kind: str, seconds: float) -> Window:
-        return await self.during(kind, asyncio.sleep(seconds))
+        return (await self.during(kind, asyncio.sleep(seconds)))[0]
 
-    async def during(self, kind: str, work: Awaitable) -> Window:
-        """The counters over ``work`` (a window's sleep, or viewers joining)."""
+    async def during(self, kind: str, work: Awaitable) -> tuple[Window, object]:
+        """The counters over ``work`` (a window's sleep, or viewers joining), and its result."""
         start = await self.sample()
-        await work
+        result = await work
         end = await self.sample()
         steps, tokens, server, client, load, host = (b - a for a, b in zip(start[1:], end[1:], strict=True))
-        return Window(kind, start[0], end[0], steps, tokens, server, client, load, host - server - client - load)
+        return Window(kind, start[0], end[0], steps, tokens, server, client, load, host - server - client - load), result
 
 
 async def measure(setting: RoomSetting, probe: Probe) -> tuple[list[Window], list[Window]]:
@@ -179,9 +179,7 @@ async def measure(setting: RoomSetting, probe: Probe) -> tuple[list[Window], lis
     windows, joins = [], []
     for kind in [ONE, MANY] * setting.rounds + [ONE]:
         wanted = setting.viewers if kind == MANY else 1
-        answers = []
-        join = await probe.during(JOIN, _answer(probe.client.ask({"viewers": wanted}), answers))
-        ready = answers[0]
+        join, ready = await probe.during(JOIN, probe.client.ask({"viewers": wanted}))
         if kind == MANY:
             joins.append(join)
             print(f"  {wanted} viewers joined in {join.seconds:.1f} s ({join.rate('tokens'):.1f} tok/s meanwhile)", flush=True)
@@ -194,10 +192,6 @@ async def measure(setting: RoomSetting, probe: Probe) -> tuple[list[Window], lis
               f"server {window.rate('server_cpu_s'):.2f} cores, client {window.rate('client_cpu_s'):.2f} cores, "
               f"load {window.rate('load_cpu_s'):.2f} cores, other {window.rate('other_cpu_s'):.2f} cores", flush=True)
     return windows, joins
-
-
-async def _answer(asked: Awaitable[dict], into: list[dict]) -> None:
-    into.append(await asked)
 
 
 async def session(setting: RoomSetting, server: launch.Server, out: Path) -> dict:
