@@ -123,8 +123,22 @@ def test_fire_draws_vllms_steps_in_all_four_views_and_its_text_in_the_panels(sta
     ids = fire_and_finish(driver)
     assert len(ids) >= 3
     assert drawn(driver, "drawnSteps", VIEWS)[0] is not None
-    stack.texts.update({rid: panel_text(driver, rid) for rid in ids})
+    stack.texts.update(settled_texts(driver, ids))
     assert all(stack.texts.values())
+
+
+def settled_texts(driver, ids: list[str]) -> dict[str, str | None]:
+    """The cards' texts once no delta changes them: a card is finished as soon as vLLM's record
+    says so (assets/js/state.js ``endedBy``), and its last text can come a moment later on the
+    API stream."""
+    reads: list[dict] = []
+
+    def settled():
+        reads.append({rid: panel_text(driver, rid) for rid in ids})
+        return len(reads) >= 3 and reads[-1] == reads[-2] == reads[-3]
+
+    wait_for(driver, settled, "the cards' texts unchanged over three reads", 30)
+    return reads[-1]
 
 
 def dashboard_id(engine_id: str) -> str:
