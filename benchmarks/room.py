@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -47,7 +46,7 @@ import httpx
 
 from benchmarks.room_load import ApiStreams, Firers, FireSetting, cancel
 from benchmarks.room_summary import JOIN, MANY, ONE, Window, metric_value, summarize, table
-from benchmarks.serving import launch, wait_ready
+from benchmarks.serving import exit_on_sigterm, launch, wait_ready
 from benchmarks.vllm_tap_cost import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,12 +82,6 @@ def start_app(model: str, app_flags: tuple[str, ...], log: Path) -> launch.Serve
                "--port", str(port), "--api-max-concurrent-per-client", "4096",
                "--api-max-waiting", "4096", *app_flags]
     return launch.start(command, port, log)
-
-
-def exit_on_sigterm() -> None:
-    """SIGTERM (``timeout``, ``kill``) exits through ``finally``, so the app this benchmark started
-    is stopped with it instead of left running."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def host_busy_seconds() -> float:

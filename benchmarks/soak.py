@@ -37,10 +37,10 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.room import ROOT, exit_on_sigterm, proc_status_field, proc_status_mib, start_app
+from benchmarks.room import ROOT, proc_status_field, proc_status_mib, start_app
 from benchmarks.room_load import ApiStreams, Firers, FireSetting, cancel
 from benchmarks.room_summary import metric_value
-from benchmarks.serving import launch, wait_ready
+from benchmarks.serving import exit_on_sigterm, launch, wait_ready
 from benchmarks.soak_visits import Reconnects, Visits
 
 OUT = ROOT / "benchmarks" / "results" / "soak"

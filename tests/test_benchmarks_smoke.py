@@ -191,3 +191,45 @@ def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_r
     above = summarize({name: {"2.0": by_rate["2.0"]} for name, by_rate in results.items()})
     assert "vllm: highest rate within the SLO: none of the rates tried (the lowest, 2.0 req/s, missed it)" in markdown(
         Setting(), above)
+
+
+def test_a_benchmark_killed_by_sigterm_runs_its_finally_and_stops_its_servers(tmp_path):
+    """``timeout`` or ``kill`` ends a benchmark with SIGTERM: its ``finally`` stops the servers it
+    started (benchmarks.serving left a Batchscope and a vLLM server running before)."""
+    import signal
+    import subprocess
+    import time
+
+    stopped = tmp_path / "stopped"
+    script = ("import sys, time\nfrom benchmarks.serving import exit_on_sigterm\nexit_on_sigterm()\n"
+              f"try:\n    print('started', flush=True)\n    time.sleep(60)\nfinally:\n"
+              f"    open({str(stopped)!r}, 'w').write('yes')\n")
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "started"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(0.1)
+    assert stopped.read_text() == "yes"
+
+
+def test_each_serving_run_has_prompts_of_its_own_and_both_servers_the_same(monkeypatch, tmp_path):
+    """One seed for every run let each run find the last one's prompts in vLLM's prefix cache."""
+    from benchmarks import serving
+
+    seeds: dict[str, dict[str, str]] = {}  # run (the file name less the server) -> server -> seed
+
+    def fake_client(url, flags, out, log):
+        seeds.setdefault(out.name.replace(url, "*"), {})[url] = flags[flags.index("--seed") + 1]
+        return dict.fromkeys(serving.METRICS, 1.0)
+
+    monkeypatch.setattr(serving, "run_client", fake_client)
+    servers = {name: type("Server", (), {"url": name})() for name in serving.ENGINES}
+    setting = serving.Setting(rates=(1.0, 2.0), repeats=2)
+    serving.warm_up(servers, setting, tmp_path, tmp_path)
+    serving.measure(servers, setting, tmp_path, tmp_path)
+    assert all(set(by_server) == set(serving.ENGINES) and len(set(by_server.values())) == 1
+               for by_server in seeds.values())  # each run: both servers, one seed
+    measured = [by_server["vllm"] for run, by_server in seeds.items() if "warm-up" not in run]
+    assert len(measured) == len(set(measured)) == 4
+    assert seeds["serving-*-warm-up.json"]["vllm"] not in measured
