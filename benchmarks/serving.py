@@ -97,7 +97,7 @@ def client_flags(setting: Setting, rate: float, model_dir: Path, model: str, run
     gets prompts of its own, the two servers the same ones. With one seed for every run, each
     run repeated the last one's prompts and prefix caching served them from the KV cache: vLLM's
     hit rate reached 55% over a sitting, fp32 at 3 req/s read twice Batchscope's goodput (0.49x), while
-    Batchscope's LRU cache, smaller than a run's tokens, held none of the next run's prompts."""
+    Batchscope's LRU cache, smaller than a run's tokens, held few of the next run's (8.5%)."""
     endpoint = "/v1/chat/completions" if setting.backend == "openai-chat" else "/v1/completions"
     return ["--backend", setting.backend, "--endpoint", endpoint, "--model", model,
             "--tokenizer", str(model_dir), "--dataset-name", "random",
