@@ -1,8 +1,9 @@
 """The CPU kernels (engine/csrc via engine/cpu_kernels.py): paged attention equals per-request
 attention computed in float64 for every kind of segment (decodes, chunks after cached tokens,
-whole prompts; GQA; blocks shuffled in the pool; fp32 and bf16 caches); a row's result is the same
-bits alone, in any batch and under any chunking; the fused norm and SiLU equal torch's; and an
-engine whose kernels cannot be built falls back to the torch backend."""
+whole prompts; GQA groups of 1 to 8 heads, head dims 16 to 128; blocks shuffled in the pool; fp32
+and bf16 caches); a row's result is the same bits alone, in any batch and under any chunking; the
+fused norm and SiLU equal torch's; and an engine whose kernels cannot be built falls back to the
+torch backend."""
 import random
 
 import pytest
@@ -30,7 +31,7 @@ def layout_of(segments: list[tuple[int, int]], tables: list[list[int]]) -> StepL
     return StepLayout(cu, [c for _, c in segments], [n + c for n, c in segments], table, slots)
 
 
-def random_step(segments, dtype, seed=0):
+def random_step(segments, dtype, seed=0, heads=HEADS, kv_heads=KV_HEADS, dim=DIM):
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     need = [-(-(n + c) // BLOCK) for n, c in segments]
@@ -40,19 +41,19 @@ def random_step(segments, dtype, seed=0):
     for blocks in need:
         tables.append(pool[at:at + blocks])
         at += blocks
-    k_cache = torch.randn(len(pool), BLOCK, KV_HEADS, DIM, generator=gen).to(dtype)
-    v_cache = torch.randn(len(pool), BLOCK, KV_HEADS, DIM, generator=gen).to(dtype)
+    k_cache = torch.randn(len(pool), BLOCK, kv_heads, dim, generator=gen).to(dtype)
+    v_cache = torch.randn(len(pool), BLOCK, kv_heads, dim, generator=gen).to(dtype)
     rows = sum(n for n, _ in segments)
-    q = torch.randn(rows, HEADS, DIM, generator=gen)
-    k = torch.randn(rows, KV_HEADS, DIM, generator=gen)
-    v = torch.randn(rows, KV_HEADS, DIM, generator=gen)
+    q = torch.randn(rows, heads, dim, generator=gen)
+    k = torch.randn(rows, kv_heads, dim, generator=gen)
+    v = torch.randn(rows, kv_heads, dim, generator=gen)
     return layout_of(segments, tables), tables, q, k, v, k_cache, v_cache
 
 
 def reference(layout, tables, q, k_cache, v_cache, scale):
     """Each request's queries against its own keys (causal), in float64."""
     out = torch.empty(q.shape, dtype=torch.float64)
-    group = HEADS // KV_HEADS
+    group = q.shape[1] // k_cache.shape[2]
     for i, table in enumerate(tables):
         start, end, n = layout.cu_seqlens_q[i], layout.cu_seqlens_q[i + 1], layout.seq_lens_k[i]
         keys = k_cache[table].flatten(0, 1)[:n].double().repeat_interleave(group, dim=1)
@@ -67,24 +68,31 @@ def reference(layout, tables, q, k_cache, v_cache, scale):
 def attend(layout, q, k, v, k_cache, v_cache, batch_invariant=False):
     backend = make_backend("cpu", BLOCK)
     plan = backend.plan(layout, torch.device("cpu"), batch_invariant)  # (the step's setting)
-    return backend.forward(plan, q, k, v, k_cache, v_cache, DIM**-0.5)
+    return backend.forward(plan, q, k, v, k_cache, v_cache, q.shape[2]**-0.5)
 
 
 MIXED = [(1, 40), (1, 300), (17, 0), (5, 60), (1, 0), (33, 16), (1, 449), (100, 0), (20, 301)]
 
 
+# (query heads, kv heads, head dim): SmolLM2's; Qwen2.5-0.5B's (7 query heads a kv head, weighed 4 + 3);
+# Qwen2.5-1.5B's (dim 128: 6 a kv head, 2 at a time); dims of 2 and 1 vectors, with and without GQA.
+SHAPES = [(9, 3, 64), (14, 2, 64), (12, 2, 128), (4, 4, 32), (8, 1, 16)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("batch_invariant", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_every_kind_of_segment_matches_per_request_attention(dtype, batch_invariant):
-    layout, tables, q, k, v, k_cache, v_cache = random_step(MIXED, dtype)
+def test_every_kind_of_segment_matches_per_request_attention(dtype, batch_invariant, shape):
+    heads, kv_heads, dim = shape
+    layout, tables, q, k, v, k_cache, v_cache = random_step(MIXED, dtype, heads=heads, kv_heads=kv_heads, dim=dim)
     out = attend(layout, q, k, v, k_cache, v_cache, batch_invariant)  # writes this step's K/V first
     assert out.dtype == torch.float32
-    expected = reference(layout, tables, q, k_cache, v_cache, DIM**-0.5)
+    expected = reference(layout, tables, q, k_cache, v_cache, dim**-0.5)
     for i, (rows, _) in enumerate(MIXED):
         part = slice(layout.cu_seqlens_q[i], layout.cu_seqlens_q[i + 1])
         assert (out[part].double() - expected[part]).abs().max() < tolerance(dtype, rows, batch_invariant)
     slots = layout.slot_mapping
-    assert torch.equal(k_cache.view(-1, KV_HEADS, DIM)[slots], k.to(dtype))
+    assert torch.equal(k_cache.view(-1, kv_heads, dim)[slots], k.to(dtype))
 
 
 def tolerance(dtype: torch.dtype, rows: int, batch_invariant: bool) -> float:

@@ -42,7 +42,11 @@ static inline int64_t key_offset(const Args *a, const int32_t *table, int64_t j)
  * the values of the group it scores, so that pass 3 finds them in L2; a longer row's pass 3 asks
  * for the next group's values instead. 24 decode rows x 225 keys, SmolLM2's heads, 30 layers' caches
  * on huge pages, 2 threads: fp32 1.26x (14.9 -> 11.8 ms), bf16 1.21x (11.8 -> 9.8 ms) against
- * prefetching only the next group into L1; a 3,000-key row 1.5x. */
+ * prefetching only the next group into L1; a 3,000-key row 1.5x. W1 step by step (benchmarks.lockstep,
+ * 3 rounds): decode steps 0.95x the time at SmolLM2-135M fp32 (0.94-0.96), 0.98x at Qwen2.5-0.5B's
+ * shape in bf16 (0.91-1.01). (Scoring with the query in registers and weighing the values once for
+ * all query heads of a kv head: 1.1-1.17x on the kernel alone with its data in L2, 1.02x slower in
+ * W1 at 135M fp32, 0.99x at 0.5B bf16: not kept.) */
 #define KEYS_AHEAD 2
 #define VALUES_IN_L2 (256 << 10)
 
