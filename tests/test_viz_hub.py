@@ -201,6 +201,35 @@ def test_reset_clears_history_and_resyncs_every_viewer():
     assert snapshot["requests"] == [] and snapshot["records"] == []
 
 
+def test_a_seek_whose_burst_straddles_a_tick_resyncs_the_viewers_once_it_ends():
+    """A replay seek republishes the trace at once. When a tick falls inside that burst, the
+    viewers' resync snapshot holds its first part and the next frame only its latest records: the
+    steps between were in no message, a hole in every page's history (a browser test once waited
+    60 s for a step that sat in it). Until a tick carries all that arrived, viewers resync again."""
+    hub = TelemetryHub(shared_view=True, max_records_per_frame=4)
+    viewer = connected(hub, None)
+    drain(viewer)
+    hub.reset()
+    for step in range(50):  # the burst's first part
+        hub.publish_record(record(step))
+    hub.tick()
+    assert drain(viewer) == [{"type": "snapshot"}]  # taken here: steps 10-49
+    for step in range(50, 60):  # the rest of the burst
+        hub.publish_record(record(step))
+    hub.tick()
+    assert drain(viewer) == [{"type": "snapshot"}]  # not a frame of steps 56-59 alone
+    snapshot = json.loads(hub.snapshot(viewer).text)
+    assert [r["step"] for r in snapshot["records"]] == list(range(20, 60))
+    hub.publish_record(record(60))
+    hub.tick()  # the burst is over: frames again
+    assert [[r["step"] for r in m["records"]] for m in drain(viewer)] == [[60]]
+    for step in range(61, 71):  # live, between two ticks: the frame takes the latest, no resync
+        hub.publish_record(record(step))
+    hub.tick()
+    [frame] = drain(viewer)
+    assert [r["step"] for r in frame["records"]] == [67, 68, 69, 70] and frame["records_dropped"] == 6
+
+
 def test_shared_view_marks_each_viewers_own_requests():
     hub = TelemetryHub(shared_view=True)
     alice, bob = connected(hub, "token-a"), connected(hub, "token-b")

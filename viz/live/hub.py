@@ -103,6 +103,10 @@ class TelemetryHub:
         self._history = RecordHistory(keep=history)
         self._snapshot_tails: dict[Audience, frames.Message] = {}  # until the book or the history changes
         self._reset_pending = False
+        # after a reset, until a tick's frame carries every record that arrived since the last:
+        # a replay seek republishes the trace in one burst, and a viewer resynced inside it would
+        # hold the burst's first part and then only the next frame's latest records
+        self._settling = False
         self._viewers: list[Viewer] = []
         self._status_provider: StatusProvider = lambda: {"source": "none", "state": "idle"}
         self._meta_provider: MetaProvider = dict
@@ -277,7 +281,8 @@ class TelemetryHub:
         with self._lock:
             self._history.extend(records, bodies)
             self._history.trim(self._book.oldest_arrival_on_screen())
-        if reset or lost:
+        settling = self._still_settling(reset, arrived, len(records))
+        if reset or lost or settling:
             self._resync_all()
         now = time.monotonic()
         if not records and not events and now - self._last_status < STATUS_INTERVAL_S:
@@ -286,6 +291,16 @@ class TelemetryHub:
         self._seq += 1
         latest = -self.records_per_frame()
         self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
+
+    def _still_settling(self, reset: bool, arrived: int, kept: int) -> bool:
+        """Whether this tick, after a reset, left a hole that viewers must resync over: more
+        records arrived than its frame carries (the seek's burst is not over)."""
+        if reset:
+            self._settling = True
+            return False
+        hole = arrived > min(kept, self.records_per_frame())
+        self._settling = self._settling and hole
+        return self._settling
 
     def _push_frames(self, records: list[dict], bodies: list[frames.RecordBody], arrived: int,
                      events: list[dict], owners: dict[str, str | None]) -> None:
