@@ -4,7 +4,7 @@ import asyncio
 import json
 import zlib
 
-from viz.live.hub import TelemetryHub
+from viz.live.hub import SETTLE_TICKS, TelemetryHub
 from viz.live.privacy import HIDDEN_TOKEN, PUBLIC
 
 
@@ -228,6 +228,24 @@ def test_a_seek_whose_burst_straddles_a_tick_resyncs_the_viewers_once_it_ends():
     hub.tick()
     [frame] = drain(viewer)
     assert [r["step"] for r in frame["records"]] == [67, 68, 69, 70] and frame["records_dropped"] == 6
+
+
+def test_a_replay_played_faster_than_frames_carry_resyncs_only_the_few_ticks_after_a_seek():
+    """Holes that last (a replay at 8x into a room's slow frames) are what a live engine gives too:
+    after a seek, viewers resync over at most SETTLE_TICKS of them, then get frames again."""
+    hub = TelemetryHub(shared_view=True, max_records_per_frame=4)
+    viewer = connected(hub, None)
+    drain(viewer)
+    hub.reset()
+    hub.tick()
+    assert drain(viewer) == [{"type": "snapshot"}]
+    kinds = []
+    for tick in range(SETTLE_TICKS + 2):
+        for step in range(10 * tick, 10 * tick + 10):
+            hub.publish_record(record(step))
+        hub.tick()
+        kinds += [m["type"] for m in drain(viewer)]
+    assert kinds == ["snapshot"] * SETTLE_TICKS + ["frame", "frame"]
 
 
 def test_shared_view_marks_each_viewers_own_requests():

@@ -76,6 +76,7 @@ MetaProvider = Callable[[], dict]
 MAX_PENDING_EVENTS = 8192
 STATUS_INTERVAL_S = 1.0  # a frame at least this often, even with nothing new
 FRAMES_PER_S = 2000.0  # frames a second across all viewers: 25 each up to 80 viewers, 4 at 500
+SETTLE_TICKS = 3  # ticks after a reset that resync viewers left with a hole (_still_settling)
 
 
 class TelemetryHub:
@@ -103,10 +104,10 @@ class TelemetryHub:
         self._history = RecordHistory(keep=history)
         self._snapshot_tails: dict[Audience, frames.Message] = {}  # until the book or the history changes
         self._reset_pending = False
-        # after a reset, until a tick's frame carries every record that arrived since the last:
-        # a replay seek republishes the trace in one burst, and a viewer resynced inside it would
-        # hold the burst's first part and then only the next frame's latest records
-        self._settling = False
+        # ticks after a reset that resync the viewers again if their frame does not carry every
+        # record that arrived: a replay seek republishes the trace in one burst (a few ms), and a
+        # viewer resynced inside it would hold its first part and then only the latest records
+        self._settling = 0
         self._viewers: list[Viewer] = []
         self._status_provider: StatusProvider = lambda: {"source": "none", "state": "idle"}
         self._meta_provider: MetaProvider = dict
@@ -293,14 +294,17 @@ class TelemetryHub:
         self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
 
     def _still_settling(self, reset: bool, arrived: int, kept: int) -> bool:
-        """Whether this tick, after a reset, left a hole that viewers must resync over: more
-        records arrived than its frame carries (the seek's burst is not over)."""
+        """Whether this tick, one of the few after a reset, left a hole that viewers must resync
+        over: more records arrived than its frame carries (the seek's burst is not over). Bounded:
+        a replay played faster than a frame carries leaves holes by design, as a live engine does."""
         if reset:
-            self._settling = True
+            self._settling = SETTLE_TICKS
+            return False
+        if not self._settling:
             return False
         hole = arrived > min(kept, self.records_per_frame())
-        self._settling = self._settling and hole
-        return self._settling
+        self._settling = self._settling - 1 if hole else 0
+        return hole
 
     def _push_frames(self, records: list[dict], bodies: list[frames.RecordBody], arrived: int,
                      events: list[dict], owners: dict[str, str | None]) -> None:
