@@ -282,7 +282,8 @@ class TelemetryHub:
         with self._lock:
             self._history.extend(records, bodies)
             self._history.trim(self._book.oldest_arrival_on_screen())
-        settling = self._still_settling(reset, arrived, len(records))
+        latest = -self.records_per_frame()  # a frame carries the latest records only
+        settling = self._still_settling(reset, hole=arrived > len(records[latest:]))
         if reset or lost or settling:
             self._resync_all()
         now = time.monotonic()
@@ -290,11 +291,10 @@ class TelemetryHub:
             return
         self._last_status = now
         self._seq += 1
-        latest = -self.records_per_frame()
         self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
 
-    def _still_settling(self, reset: bool, arrived: int, kept: int) -> bool:
-        """Whether this tick, one of the few after a reset, left a hole that viewers must resync
+    def _still_settling(self, reset: bool, hole: bool) -> bool:
+        """Whether this tick, one of the few after a reset, left a ``hole`` that viewers must resync
         over: more records arrived than its frame carries (the seek's burst is not over). Bounded:
         a replay played faster than a frame carries leaves holes by design, as a live engine does."""
         if reset:
@@ -302,7 +302,6 @@ class TelemetryHub:
             return False
         if not self._settling:
             return False
-        hole = arrived > min(kept, self.records_per_frame())
         self._settling = self._settling - 1 if hole else 0
         return hole
 
