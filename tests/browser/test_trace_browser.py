@@ -16,7 +16,7 @@ from replay_app import VLLM_TRACE, replay_app
 from truth import VIEWS, assert_texts_readable
 
 from viz.traces.export import summarize, to_html_report
-from viz.traces.trace import load_trace, write_trace
+from viz.traces.trace import Trace, TraceEntry, load_trace, write_trace
 
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.jsonl*"))
 
@@ -102,6 +102,42 @@ def test_replay_dashboard_steps_scrubs_and_plays(replay_server, browser, trace):
     assert steps[22] < paused_at < steps[-1]  # paused mid-trace, not at its end
     time.sleep(1.0)
     assert shown_step(browser) == paused_at
+
+
+def with_emoji(trace: Trace) -> Trace:
+    """``trace`` with an emoji (two UTF-16 units, one Python character) led into each delta's text."""
+    def edit(entry: TraceEntry) -> TraceEntry:
+        if entry.kind != "event" or entry.data["kind"] != "delta" or not entry.data["text"]:
+            return entry
+        return TraceEntry(entry.kind, {**entry.data, "text": "\U0001F600" + entry.data["text"]})
+    return Trace(trace.header, [edit(e) for e in trace.entries])
+
+
+def panel_texts(driver) -> dict[str, str]:
+    return driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#bs-texts .bs-req')]"
+        ".map(p => [p.dataset.rid, p.querySelector('.bs-req-text').textContent]));")
+
+
+def test_text_after_an_emoji_plays_into_the_panels_whole(trace, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    emoji = with_emoji(trace)
+    write_trace(tmp_path / "emoji.jsonl", emoji)
+    texts: dict[str, str] = {}
+    for e in emoji.events:
+        if e["kind"] == "delta":
+            texts[e["request_id"]] = texts.get(e["request_id"], "") + e["text"]
+    with replay_app(tmp_path / "emoji.jsonl", tmp_path) as server:
+        browser.get(server.url + "/")
+        wait_for(browser, lambda: shown_step(browser) == trace.records[0]["step"], "the first iteration")
+        browser.execute_script(
+            "const s = document.getElementById('bs-replay-speed'); s.value = '8';"
+            "s.dispatchEvent(new Event('change', {bubbles: true}));")
+        browser.find_element(By.ID, "bs-replay-play").click()
+        wait_for(browser, lambda: shown_step(browser) == trace.records[-1]["step"], "the last iteration", 120)
+        shown = panel_texts(browser)
+    assert shown and all(text == texts[rid] for rid, text in shown.items()), shown
 
 
 def row_order_notes(driver) -> list[str] | None:

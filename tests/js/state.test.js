@@ -133,3 +133,20 @@ test("the cards' request states are the server reducer's, message by message", (
     assert.deepEqual(shown, m.expect, `after message ${i}`);
   }
 });
+
+// Text past the Basic Multilingual Plane (emoji): the book's offsets count UTF-16 units, as the
+// page's strings do, so a delta lands where it belongs, delivered once or twice, after a
+// snapshot or not (tests/data/text_deltas.json, checked against viz/live/book.py by
+// tests/test_viz_book.py).
+test("deltas after an emoji land where they belong, delivered once or twice", () => {
+  const url = new URL("../data/text_deltas.json", import.meta.url);
+  const { events, text } = JSON.parse(readFileSync(url, "utf-8"));
+  const shown = events.map((e) => ({ ...e, color: 0, visible: true, mine: true }));
+  const start = { type: "snapshot", meta: META, requests: [], records: [] };
+  const once = fold([start, ...shown.map((e) => ({ type: "frame", events: [e], records: [] }))]);
+  assert.equal(once.requests.get("A").text, text);
+  const twice = fold(shown.map((e) => ({ type: "frame", events: [e, e], records: [] })), fold([start]));
+  assert.equal(twice.requests.get("A").text, text);
+  const replayed = reduce(once, { type: "frame", events: shown.slice(1), records: [] });
+  assert.equal(replayed.requests.get("A").text, text);
+});

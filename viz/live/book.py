@@ -4,7 +4,9 @@ It folds the request events (fired from the dashboard, arrival, text deltas) int
 per request: prompt, text so far, timings for TTFT and inter-token latency, the owner (the
 visitor who fired it) and a colour index shared by every view. A viewer that connects late,
 or that lost frames, gets the entries as a snapshot; delta events carry the ``offset`` of
-their text so that replaying a delta the snapshot already holds changes nothing.
+their text so that replaying a delta the snapshot already holds changes nothing. The offset
+counts UTF-16 code units, the unit the page's JavaScript strings are sliced by: counted in
+Python's code points, every delta after an emoji would land short of where it belongs.
 """
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ from ..colors import PALETTE
 
 NUM_COLORS = len(PALETTE)
 CARDS_SHOWN = 40  # the cards a page shows (assets/js/cards.js MAX_CARDS)
+
+
+def utf16_length(text: str) -> int:
+    """The length of ``text`` as JavaScript counts it: a character past U+FFFF is two units."""
+    return len(text.encode("utf-16-le")) // 2
 
 
 @dataclass(slots=True)
@@ -71,7 +78,7 @@ class RequestBook:
             entry.num_prompt_tokens = event.get("num_prompt_tokens", 0)
             entry.arrival = event["time"]
         elif event["kind"] == "delta":
-            extra["offset"], extra["token_offset"] = len(entry.text), entry.num_output_tokens
+            extra["offset"], extra["token_offset"] = utf16_length(entry.text), entry.num_output_tokens
             entry.text += event.get("text", "")
             if event.get("token_ids"):
                 entry.num_output_tokens += len(event["token_ids"])
