@@ -4,7 +4,7 @@ import torch
 
 from engine import LLM, SamplingParams
 from engine.detokenizer import IncrementalDetokenizer
-from engine.sampler import Sampler
+from engine.sampler import Sampler, cdf_block
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
 
@@ -54,6 +54,53 @@ def test_mixed_rows_each_follow_their_own_params():
     params = [SamplingParams(temperature=0), SamplingParams(top_k=2), SamplingParams(top_k=3)] * 100
     tokens = sampler(logits, params, [None] * 300)
     assert set(tokens[0::3]) == {0} and set(tokens[1::3]) <= {0, 1} and set(tokens[2::3]) == {0, 1, 2}
+
+
+def spread_logits(rows: int, vocab: int = 3000) -> torch.Tensor:
+    """Logits over a vocabulary of several cumulative-sum blocks (3,000: three of 1,000), with
+    tokens of weight 0 (-inf) at the blocks' edges and a whole block of them on some rows."""
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(1)) * 4
+    width = cdf_block(vocab)
+    logits[:, width - 1::width] = float("-inf")
+    logits[:, :width:7] = float("-inf")
+    logits[::3, width:2 * width] = float("-inf")
+    return logits
+
+
+def test_two_level_draws_pick_the_token_a_whole_fp64_cumulative_sum_picks():
+    """The same uniform draws through one whole fp64 cumulative sum of the same weights: the
+    same tokens, row for row; no token of weight 0 ever."""
+    rows = 3000
+    logits = spread_logits(rows)
+    tokens = torch.tensor(Sampler(seed=0, device=torch.device("cpu"))(
+        logits, [SamplingParams(temperature=1.0)] * rows, [None] * rows))
+    weights = (logits - logits.amax(dim=-1, keepdim=True)).exp()
+    cdf = weights.double().cumsum(dim=-1)
+    draws = torch.rand(rows, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)[:, 0]
+    assert cdf_block(3000) == 1000
+    assert torch.equal(tokens, expected)
+    assert bool((weights.gather(1, tokens[:, None]) > 0).all())
+
+
+@pytest.mark.parametrize("draw", [0.0, 1.0 - 2.0 ** -53])
+def test_the_extreme_draws_pick_the_first_and_last_token_of_weight(monkeypatch, draw):
+    """A draw of 0 takes the row's first token of weight > 0; the largest draw below 1 a token of
+    weight > 0 with at most 1e-6 of the row's weight after it, even where the last block's fp32
+    sum rounds above or below what its tokens add up to in fp64."""
+    rows = 200
+    logits = spread_logits(rows)
+    monkeypatch.setattr(Sampler, "_draws", lambda self, generators, device: torch.full((len(generators),), draw,
+                                                                                     dtype=torch.float64))
+    tokens = Sampler(seed=0, device=torch.device("cpu"))(logits, [SamplingParams(temperature=1.0)] * rows,
+                                                         [None] * rows)
+    weights = (logits - logits.amax(dim=-1, keepdim=True)).exp().double()
+    for row, token in enumerate(tokens):
+        assert weights[row, token] > 0
+        if draw == 0:
+            assert token == int(weights[row].nonzero()[0, 0])
+        else:
+            assert weights[row, token + 1:].sum() <= 1e-6 * weights[row].sum()
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(tiny_model_dir):
