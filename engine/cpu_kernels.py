@@ -10,8 +10,9 @@ in place through the block table (as vLLM's CPU attention does); ``elementwise.c
 with its residual add, and SiLU with its product; ``gemm.c`` is a linear layer on weights packed
 in 32-column panels, and ``gemm_bf16.c`` its bf16 twin on the CPU's bf16 dot products
 (AVX512-BF16), both faster than oneDNN's at every row count measured (models/prepacked.py). Where
-the CPU has AMX tiles, bf16 layers run on them instead (``gemm_amx.c``), and so does the attention
-of bf16 prefill chunks (``attention_amx.c``, called by ``paged_attention.c``).
+the CPU has AMX tiles, bf16 layers run on them instead (``gemm_amx.c``). The attention of bf16
+prefill chunks multiplies in bf16 (``attention_pairs.c``, called by ``paged_attention.c``): on AMX
+tiles, else on AVX512-BF16 dot products.
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
@@ -67,12 +68,14 @@ SIGNATURES = {
     "bs_pack_linear_pairs": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_bf16_pairs": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
     "bs_amx_available": [],
+    "bs_prefill_attention_pairs_available": [],
     "bs_amx_depth": [I64],  # in features -> padded to whole tile rows
     "bs_pack_linear_amx": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_amx": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
     "bs_decoder_layer": [P, P, P, P, P],  # layer, step (models/fused_layers.py), x, k cache, v cache
 }
 RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
+               "bs_prefill_attention_pairs_available",
                "bs_linear_amx", "bs_decoder_layer"}
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
@@ -300,6 +303,13 @@ def takes_linear(weight: torch.Tensor) -> bool:
 def amx() -> bool:
     """Whether the kernels may use AMX tiles here (the CPU has them, Linux granted the tile state)."""
     return load() is not None and bool(load().bs_amx_available())
+
+
+def bf16_prefill_attention() -> bool:
+    """Whether bf16 prefill chunks' attention multiplies in bf16 here (``attention_pairs.c``: AMX tiles
+    or AVX512-BF16 dot products; queries and softmax weights rounded to bf16, as flash-attn's bf16
+    path does), rather than in fp32 on the vector paths."""
+    return load() is not None and bool(load().bs_prefill_attention_pairs_available())
 
 
 @functools.cache

@@ -50,18 +50,23 @@ def random_step(segments, dtype, seed=0, heads=HEADS, kv_heads=KV_HEADS, dim=DIM
     return layout_of(segments, tables), tables, q, k, v, k_cache, v_cache
 
 
-def reference(layout, tables, q, k_cache, v_cache, scale):
-    """Each request's queries against its own keys (causal), in float64."""
+def reference(layout, tables, q, k_cache, v_cache, scale, bf16_products=False):
+    """Each request's queries against its own keys (causal), in float64. With ``bf16_products``, as
+    attention_pairs.c multiplies: the queries (times the scale) and the softmax weights exp(s - max)
+    rounded to bf16, each row divided by the sum of its unrounded weights."""
     out = torch.empty(q.shape, dtype=torch.float64)
     group = q.shape[1] // k_cache.shape[2]
     for i, table in enumerate(tables):
         start, end, n = layout.cu_seqlens_q[i], layout.cu_seqlens_q[i + 1], layout.seq_lens_k[i]
         keys = k_cache[table].flatten(0, 1)[:n].double().repeat_interleave(group, dim=1)
         values = v_cache[table].flatten(0, 1)[:n].double().repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q[start:end].double(), keys) * scale
+        queries = (q[start:end] * scale).bfloat16() if bf16_products else q[start:end] * scale
+        scores = torch.einsum("qhd,khd->hqk", queries.double(), keys)
         causal = torch.arange(n)[None, :] <= torch.arange(layout.num_cached[i], n)[:, None]
-        probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-        out[start:end] = torch.einsum("hqk,khd->qhd", probs, values)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        weights = (scores - scores.amax(dim=-1, keepdim=True)).exp()
+        used = weights.float().bfloat16().double() if bf16_products else weights
+        out[start:end] = torch.einsum("hqk,khd->qhd", used, values) / weights.sum(dim=-1).transpose(0, 1)[..., None]
     return out
 
 
@@ -96,10 +101,33 @@ def test_every_kind_of_segment_matches_per_request_attention(dtype, batch_invari
 
 
 def tolerance(dtype: torch.dtype, rows: int, batch_invariant: bool) -> float:
-    """fp32 arithmetic throughout: 2e-6; on AMX tiles (bf16 caches, chunks of 16 rows or more), the
-    queries and softmax weights go through the tiles in bf16 (as flash-attn's bf16 path does)."""
-    tiled = dtype == torch.bfloat16 and rows >= 16 and not batch_invariant and cpu_kernels.amx()
-    return 1e-2 if tiled else 2e-6
+    """fp32 arithmetic throughout: 2e-6; on bf16 products (bf16 caches, chunks of 16 rows or more:
+    AMX tiles or AVX512-BF16 dot products), the queries and softmax weights are multiplied in bf16
+    (as flash-attn's bf16 path does)."""
+    paired = dtype == torch.bfloat16 and rows >= 16 and not batch_invariant and cpu_kernels.bf16_prefill_attention()
+    return 1e-2 if paired else 2e-6
+
+
+@pytest.mark.skipif(cpu_kernels.load() is None or not cpu_kernels.bf16_prefill_attention(),
+                    reason="this CPU has neither AMX nor AVX512-BF16: bf16 chunks attend in fp32")
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] % 32 == 0], ids=lambda s: "x".join(map(str, s)))
+def test_bf16_chunks_multiply_queries_and_weights_in_bf16(shape):
+    """Chunks of 16 rows or more on a bf16 cache take attention_pairs.c (AMX tiles or AVX512-BF16
+    dot products): on average within 1e-6 of the same products rounded in float64 (seen: 2e-8 to
+    1e-7), where the fp32 paths differ from them by ~4e-4. (A weight whose rounding to bf16 flips
+    on the scores' fp32 rounding moves a few outputs by up to ~1e-3: the bound on the largest
+    difference is the 1e-2 of test_every_kind_of_segment_matches_per_request_attention.)"""
+    heads, kv_heads, dim = shape
+    segments = [(17, 0), (33, 16), (100, 0), (20, 301), (1, 40)]
+    layout, tables, q, k, v, k_cache, v_cache = random_step(segments, torch.bfloat16, heads=heads,
+                                                            kv_heads=kv_heads, dim=dim)
+    out = attend(layout, q, k, v, k_cache, v_cache).double()
+    expected = reference(layout, tables, q, k_cache, v_cache, dim**-0.5, bf16_products=True)
+    in_fp32 = reference(layout, tables, q, k_cache, v_cache, dim**-0.5)
+    chunks = slice(0, layout.cu_seqlens_q[4])
+    assert (out[chunks] - expected[chunks]).abs().mean() < 1e-6
+    assert (out[chunks] - expected[chunks]).abs().max() < 1e-2
+    assert (in_fp32[chunks] - expected[chunks]).abs().mean() > 1e-4
 
 
 def test_batch_invariant_rows_do_not_depend_on_their_batch_or_their_chunking():

@@ -1,6 +1,5 @@
-/* What the AMX kernels share (gemm_amx.c, attention_amx.c): the tile configuration, the process's
- * permission to use tiles, and fp32 -> bf16 rounding with the CPU's conversion instruction (every
- * CPU with AMX has AVX512-BF16). Included only where the compiler targets AMX. */
+/* What the AMX kernels share (gemm_amx.c, attention_pairs.c): the tile configuration. Included only
+ * where the compiler targets AMX (every CPU with AMX has AVX512-BF16: vec.h's store_bf16). */
 #ifndef BATCHSCOPE_AMX_H
 #define BATCHSCOPE_AMX_H
 #include <immintrin.h>
@@ -21,11 +20,6 @@ static inline void configure_tiles(const int rows[8]) {
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = rows[t] ? rows[t] : 1, cfg.colsb[t] = 64;
     _tile_loadconfig(&cfg);
-}
-
-/* 16 floats to bf16, to nearest even. */
-static inline void store_bf16(uint16_t *dst, vf v) {
-    _mm256_storeu_si256((__m256i *)dst, (__m256i)_mm512_cvtneps_pbh((__m512)v));
 }
 
 #endif

@@ -43,7 +43,7 @@ typedef struct {
     float *h, *qkv, *attn, *gate_up, *act, *delta;  /* scratch: [rows, hidden / qkv / q / 2 inter / inter / hidden] */
 } StepDesc;
 
-/* One attention call's arguments, shared by paged_attention.c and attention_amx.c (not Python's). */
+/* One attention call's arguments, shared by paged_attention.c and attention_pairs.c (not Python's). */
 typedef struct {
     const float *q;
     int64_t q_stride;
@@ -95,11 +95,12 @@ int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new,
                        const int32_t *tables, int64_t table_stride, int num_segments, int heads, int kv_heads, int dim,
                        int block_size, float scale, int max_keys, int invariant, int num_threads);
 
-/* attention_amx.c: the segments listed in `segments` through AMX tiles (bf16 caches); -1 where the
- * CPU has no AMX. */
-int bs_prefill_attention_amx(const Args *a, const int32_t *segments, int count, const int32_t *row_start,
-                             const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
-                             int64_t table_stride, int max_keys, int num_threads);
+/* attention_pairs.c: the segments listed in `segments` on bf16 products (bf16 caches; AMX tiles or
+ * AVX512-BF16 dot products); -1 where the CPU has neither. */
+int bs_prefill_attention_pairs_available(void);
+int bs_prefill_attention_pairs(const Args *a, const int32_t *segments, int count, const int32_t *row_start,
+                               const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
+                               int64_t table_stride, int max_keys, int num_threads);
 
 /* decoder_layer.c: one layer on the residual rows x [rows, hidden], in place; 0, or a kernel's status. */
 int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache);

@@ -273,10 +273,10 @@ static void attend_rows_bf16(const Args *a, const int32_t *t, int64_t row0, int 
     attend_rows(a, t, row0, rows, pos0, sc, 1);
 }
 
-#define AMX_MIN_ROWS 16
+#define PAIRS_MIN_ROWS 16
 
-/* Whether segment s goes to the AMX prefill kernel (attention_amx.c) instead of this file's paths. */
-static inline int on_tiles(int amx, const int32_t *row_count, int s) { return amx && row_count[s] >= AMX_MIN_ROWS; }
+/* Whether segment s goes to the bf16 prefill kernel (attention_pairs.c) instead of this file's paths. */
+static inline int on_pairs(int pairs, const int32_t *row_count, int s) { return pairs && row_count[s] >= PAIRS_MIN_ROWS; }
 
 /* One work item: up to MULTI_ROWS rows of one segment, and its rank in the hand-out order. */
 typedef struct {
@@ -289,16 +289,16 @@ static int higher_rank_first(const void *x, const void *y) {
     return (a < b) - (a > b);
 }
 
-/* The work items of the segments not on tiles, in the order the threads take them: the pieces of
+/* The work items of the segments not on pairs (attention_pairs.c), in the order the threads take them: the pieces of
  * prefill chunks first, the costliest (rows x keys) first, so that a long one does not finish
  * alone (a chunk's last rows attend to the most keys; 256 rows after 128 cached: 1.28x), then the
  * decode rows in the step's order, which fill in (sorted by their context too, they made W1's
  * bf16 prefill-heavy steps 4% slower). Each row's result stays its own. */
 static int64_t list_items(const int32_t *row_start, const int32_t *row_count, const int32_t *num_cached,
-                          int num_segments, int amx, Item *items) {
+                          int num_segments, int pairs, Item *items) {
     int64_t n = 0;
     for (int s = 0; s < num_segments; s++) {
-        if (on_tiles(amx, row_count, s)) continue;
+        if (on_pairs(pairs, row_count, s)) continue;
         for (int r = row_start[s]; r < row_start[s] + row_count[s]; r += MULTI_ROWS, n++) {
             int64_t rows = row_start[s] + row_count[s] - r < MULTI_ROWS ? row_start[s] + row_count[s] - r : MULTI_ROWS;
             int64_t cost = rows * (num_cached[s] + r - row_start[s] + rows);
@@ -337,19 +337,19 @@ int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new,
     Args a = {q, q_stride, out, k_cache, v_cache, heads, kv_heads, dim, block_size, scale};
     void (*attend_row)(const Args *, const int32_t *, int64_t, int64_t, Scratch *) = bf16 ? attend_bf16 : attend_f32;
     void (*many)(const Args *, const int32_t *, int64_t, int, int64_t, Scratch *) = bf16 ? attend_rows_bf16 : attend_rows_f32;
-    const int amx = bf16 && !invariant && dim % 32 == 0 && bs_amx_available();
+    const int pairs = bf16 && !invariant && dim % 32 == 0 && bs_prefill_attention_pairs_available();
     int64_t num_items = 0;
     for (int s = 0; s < num_segments; s++) num_items += (row_count[s] + MULTI_ROWS - 1) / MULTI_ROWS;
     Item *items = malloc(sizeof(Item) * (num_items + 1));
-    int32_t *tiled = malloc(sizeof(int32_t) * (num_segments + 1));
-    if (!items || !tiled) return free(items), free(tiled), -2;
-    int num_tiled = 0;
+    int32_t *paired = malloc(sizeof(int32_t) * (num_segments + 1));
+    if (!items || !paired) return free(items), free(paired), -2;
+    int num_paired = 0;
     for (int s = 0; s < num_segments; s++)
-        if (on_tiles(amx, row_count, s)) tiled[num_tiled++] = s;
-    const int64_t n = list_items(row_start, row_count, num_cached, num_segments, amx, items);
-    int status = num_tiled ? bs_prefill_attention_amx(&a, tiled, num_tiled, row_start, row_count, num_cached, tables,
+        if (on_pairs(pairs, row_count, s)) paired[num_paired++] = s;
+    const int64_t n = list_items(row_start, row_count, num_cached, num_segments, pairs, items);
+    int status = num_paired ? bs_prefill_attention_pairs(&a, paired, num_paired, row_start, row_count, num_cached, tables,
                                                       table_stride, max_keys, num_threads) : 0;
-    free(tiled);
+    free(paired);
     if (status != 0) return free(items), status;
     int failed = 0;
 #pragma omp parallel num_threads(num_threads)
