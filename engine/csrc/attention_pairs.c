@@ -68,8 +68,10 @@ static void lay_out_values(const Args *c, const Lane *l, int64_t j) {
     const uint16_t *v1 = j + 1 < l->keys ? cache_row(c, c->v_cache, l->table, j + 1, l->kv_head) : NULL;
     for (int64_t t = 0; t < tiles; t++) {
         __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v0 + t * 16)));
-        __m512i hi = v1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v1 + t * 16))) : _mm512_setzero_si512();
-        _mm512_storeu_si512(l->vt + ((b * tiles + t) * 16 + pair) * 32, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        __m512i hi = v1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v1 + t * 16)))
+                        : _mm512_setzero_si512();
+        _mm512_storeu_si512(l->vt + ((b * tiles + t) * 16 + pair) * 32,
+                            _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
 }
 
@@ -85,7 +87,8 @@ static void lay_out(const Args *c, const Lane *l) {
         memcpy(k, cache_row(c, c->k_cache, l->table, j, l->kv_head), sizeof(uint16_t) * dim);
         const int64_t b = j / KEYS, half = j % KEYS / 16, key = j % 16;
         /* kt: block b, depth block p / 16, key tile `half`, pair p % 16, key `key` (a word) */
-        for (int64_t p = 0; p < dim / 2; p++) kt[(((b * depth_blocks + p / 16) * 2 + half) * 16 + p % 16) * 16 + key] = k[p];
+        for (int64_t p = 0; p < dim / 2; p++)
+            kt[(((b * depth_blocks + p / 16) * 2 + half) * 16 + p % 16) * 16 + key] = k[p];
         if (j % 2 == 0) lay_out_values(c, l, j);
     }
 }
@@ -182,7 +185,7 @@ static float softmax_row(const Scratch *sc, int i, int64_t pos, int64_t nkeys) {
 /* Rows [half * 16, half * 16 + 16) of the block whose first row is `row0`: O = P . V for dims
  * [d0, d0 + 64), each row divided by its sum (times `inv`) into out. */
 static void weigh_values_on_tiles(const Args *c, const Lane *l, const Scratch *sc, int64_t nkeys, int half, int d0,
-                         int rows, const float *inv, int64_t row0, int head) {
+                                  int rows, const float *inv, int64_t row0, int head) {
     const int dim_tiles = c->dim / 16, tiles = c->dim - d0 < 64 ? (c->dim - d0) / 16 : 4;
     _tile_zero(0);
     _tile_zero(1);

@@ -289,8 +289,8 @@ static int higher_rank_first(const void *x, const void *y) {
     return (a < b) - (a > b);
 }
 
-/* The work items of the segments not on pairs (attention_pairs.c), in the order the threads take them: the pieces of
- * prefill chunks first, the costliest (rows x keys) first, so that a long one does not finish
+/* The work items of the segments not on pairs (attention_pairs.c), in the order the threads take
+ * them: the pieces of prefill chunks first, the costliest (rows x keys) first, so that a long one does not finish
  * alone (a chunk's last rows attend to the most keys; 256 rows after 128 cached: 1.28x), then the
  * decode rows in the step's order, which fill in (sorted by their context too, they made W1's
  * bf16 prefill-heavy steps 4% slower). Each row's result stays its own. */
@@ -347,8 +347,8 @@ int bs_paged_attention(const float *k_new, int64_t k_stride, const float *v_new,
     for (int s = 0; s < num_segments; s++)
         if (on_pairs(pairs, row_count, s)) paired[num_paired++] = s;
     const int64_t n = list_items(row_start, row_count, num_cached, num_segments, pairs, items);
-    int status = num_paired ? bs_prefill_attention_pairs(&a, paired, num_paired, row_start, row_count, num_cached, tables,
-                                                      table_stride, max_keys, num_threads) : 0;
+    int status = num_paired ? bs_prefill_attention_pairs(&a, paired, num_paired, row_start, row_count, num_cached,
+                                                         tables, table_stride, max_keys, num_threads) : 0;
     free(paired);
     if (status != 0) return free(items), status;
     int failed = 0;
