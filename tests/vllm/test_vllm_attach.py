@@ -4,8 +4,9 @@ told its workers, step by step); ``app.py --vllm`` runs in its own process, reco
 Chromium presses Fire. Checked: the four views draw vLLM's steps and the panels its text; every
 record is the step vLLM's scheduler scheduled (rows, block tables); Batchscope killed and restarted
 mid-run costs vLLM nothing and the page recovers; bad ingest clients are refused and counted on
-the page; the recorded run replays in the browser and exports. About two minutes on 2 cores,
-most of it vLLM's start."""
+the page; the recorded run replays in the browser, each request drawn in the views as its records
+say (a live view draws the newest step at each frame: a slow browser skips steps), and exports.
+About two minutes on 2 cores, most of it vLLM's start."""
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,7 @@ from support.server import BackgroundServer, free_port  # noqa: E402
 pytestmark = needs_chromium
 TOKEN = "attach-integration-token"
 START_LIMIT = 480  # seconds for vLLM to load; 50-90 s on 2 cores
-VIEW_KEYS = ("layout", "blocks", "attention", "timing")
+STEP_VIEW_KEYS = ("layout", "blocks", "attention")  # the views of one step; timing draws them all
 DIRECT_TOKENS = 40
 
 
@@ -102,17 +103,20 @@ def panel_text(driver, rid: str) -> str | None:
 
 
 def fire_and_finish(driver) -> list[str]:
-    """Fire the chosen workload from the page; wait until every view drew its requests and their
-    cards are finished with text."""
+    """Fire the chosen workload from the page; wait until the timing view (the history) drew
+    every request, each step view drew some of them, and their cards are finished with text.
+    A live view draws the newest step when the browser draws a frame, so a slow browser can
+    skip every step a request ran in: the replay test checks each request in every view."""
     ids = fire(driver)
 
     def done():
         state = debug(driver)
         cards = dict(state["cards"])
-        return all(set(ids) <= set(state["seen"][key]) for key in VIEW_KEYS) and all(
+        return set(ids) <= set(state["seen"]["timing"]) and all(
+            set(ids) & set(state["seen"][key]) for key in STEP_VIEW_KEYS) and all(
             cards.get(rid) == "finished" and state["texts"].get(rid) for rid in ids)
 
-    wait_for(driver, done, lambda: f"{ids} drawn in every view and finished with text", 180)
+    wait_for(driver, done, lambda: f"{ids} drawn and finished with text", 180)
     return ids
 
 
@@ -218,20 +222,36 @@ def test_bad_ingest_clients_are_refused_and_counted_on_the_page(stack, driver):
     assert debug(driver)["status"]["state"] == "ready"
 
 
+def covering_steps(records: list[dict], ids: set[str]) -> list[int]:
+    """Indices of steps that together run every request of ``ids``: the first step mixing a
+    prefill with another request's work, then each step that runs a request not yet covered."""
+    def runs(record: dict) -> set[str]:
+        return {s["request_id"] for s in record["segments"]}
+
+    chosen = [next(i for i, r in enumerate(records) if len(r["segments"]) >= 2
+                   and {s["kind"] for s in r["segments"]} & {"prefill", "prefill_chunk"})]
+    covered = runs(records[chosen[0]])
+    for i, record in enumerate(records):
+        if (runs(record) & ids) - covered:
+            chosen.append(i)
+            covered |= runs(record)
+    assert ids <= covered, f"requests never run in the recording: {ids - covered}"
+    return chosen
+
+
 def test_the_recorded_vllm_run_replays_in_the_browser_and_exports(stack, driver):
     import app as entry
 
     path = stack.tmp / "run1.jsonl"
     records = load_trace(path).records
-    mixed = next(i for i, r in enumerate(records) if len(r["segments"]) >= 2
-                 and {s["kind"] for s in r["segments"]} & {"prefill", "prefill_chunk"})
     app, _ = entry.create_replay_app(entry.build_replay_parser().parse_args(["--replay", str(path)]))
     with BackgroundServer(app) as server:
         driver.get(server.url + "/")
         wait_for(driver, lambda: (s := debug(driver)) and s["connected"] and s["viewer"], "the replay page")
-        scrub(driver, mixed)
-        wait_for(driver, lambda: shows(driver, records[mixed]), f"step {mixed} drawn")
-        check_views(driver, records[mixed])
+        for k in covering_steps(records, set(stack.texts)):
+            scrub(driver, k)
+            wait_for(driver, lambda k=k: shows(driver, records[k]), f"step {k} drawn")
+            check_views(driver, records[k])
     chrome = stack.tmp / "run1.chrome.json"
     done = subprocess.run([sys.executable, "-m", "viz.traces.export", str(path), "--chrome", str(chrome)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
