@@ -18,7 +18,7 @@ from .llm_engine import StepResult
 from .outputs import RequestDelta
 from .request import Request
 from .request_states import RequestStates
-from .request_stream import RequestStream
+from .request_stream import RequestStream, put_all
 from .telemetry import RequestEvent
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,7 @@ class Fanout:
             for d in deltas:
                 self._emit(RequestEvent("delta", d.request_id, now, token_ids=d.token_ids, text=d.text,
                                         finished=d.finished, finish_reason=d.finish_reason, error=d.error))
-        for stream, delta in streams:
-            if stream is not None:
-                stream.put(delta)
+        put_all([(stream, delta) for stream, delta in streams if stream is not None])
 
     def fail(self, request_ids: list[str], reason: str, message: str) -> None:
         """End these requests' streams with ``reason`` ("error" or "abort") and ``message``."""

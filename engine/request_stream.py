@@ -1,7 +1,8 @@
 """RequestStream: the deltas of one request, for a thread (iterate) or an event loop (async for).
 
-The engine thread ``put``s each delta; a consumer blocks on a condition, or awaits an event
-that the engine thread sets through the consumer's loop (``call_soon_threadsafe``).
+The engine thread ``put_all``s each step's deltas; a consumer blocks on a condition, or awaits
+an event that the engine thread sets through the consumer's loop (``call_soon_threadsafe``, once
+a loop a step).
 """
 from __future__ import annotations
 
@@ -25,17 +26,13 @@ class RequestStream:
         self._cond = threading.Condition()
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
-    def put(self, delta: RequestDelta) -> None:
+    def push(self, delta: RequestDelta) -> tuple[asyncio.AbstractEventLoop, asyncio.Event] | None:
+        """Queue ``delta`` and wake a thread reading the stream; returns the event an event
+        loop reading it waits on, for the caller to set (``put_all``)."""
         with self._cond:
             self._items.append(delta)
             self._cond.notify_all()
-            waiter = self._waiter
-        if waiter is not None:
-            loop, event = waiter
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # the consumer's loop is gone
-                pass
+            return self._waiter
 
     def __iter__(self):
         while True:
@@ -79,3 +76,23 @@ class RequestStream:
         for delta in deltas:
             out.add(delta)
         return out
+
+
+def put_all(deliveries: list[tuple[RequestStream, RequestDelta]]) -> None:
+    """Queue each delta on its stream and wake each event loop reading any of them once: one
+    ``call_soon_threadsafe`` (a write to the loop's self-pipe, and a GIL hand-over to the loop
+    thread) a step, not one a request."""
+    events: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+    for stream, delta in deliveries:
+        if (waiter := stream.push(delta)) is not None:
+            events.setdefault(waiter[0], []).append(waiter[1])
+    for loop, waiting in events.items():
+        try:
+            loop.call_soon_threadsafe(_set_all, waiting)
+        except RuntimeError:  # the consumers' loop is gone
+            pass
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
