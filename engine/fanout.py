@@ -51,7 +51,7 @@ class Fanout:
 
     def deliver(self, deltas: list[RequestDelta]) -> None:
         with self._lock:
-            streams = [(self._streams.get(d.request_id), d) for d in deltas]
+            deliveries = [(stream, d) for d in deltas if (stream := self._streams.get(d.request_id))]
             for delta in deltas:
                 if delta.finished:
                     self._streams.pop(delta.request_id, None)
@@ -63,7 +63,7 @@ class Fanout:
             for d in deltas:
                 self._emit(RequestEvent("delta", d.request_id, now, token_ids=d.token_ids, text=d.text,
                                         finished=d.finished, finish_reason=d.finish_reason, error=d.error))
-        put_all([(stream, delta) for stream, delta in streams if stream is not None])
+        put_all(deliveries)
 
     def fail(self, request_ids: list[str], reason: str, message: str) -> None:
         """End these requests' streams with ``reason`` ("error" or "abort") and ``message``."""
