@@ -22,7 +22,13 @@
  * leaves a decode step's weight stream latency-bound; 1 thread over SmolLM2-135M's weights from
  * DRAM: 1.6x at 13 rows, 1.45x at 24, 1.2x at 64, 1.06x at 256, 1.08x at 1. */
 #define PREFETCH 32
-
+/* From 13 rows on a panel takes more than one pass, the later ones from L2 and bound by arithmetic:
+ * the last pass prefetches the next panel into L2 (a depth's 32 columns per depth), so that the
+ * next panel's first pass does not wait for DRAM. Up to 4 passes: at prefill sizes the rows fill L2
+ * and a panel's first pass is a small part of its time (gemm_bf16.c). W1 fp32 step by step
+ * (benchmarks.lockstep, 3 rounds): decode-only steps 0.987x the time at 135M, 0.968x at the 0.5B
+ * shape; prefill-heavy steps 0.995x and 1.002x. */
+#define NEXT_PANEL_PASSES 4
 
 /* Columns c0..c0+31 of panel p at depth k, as two vectors. */
 static inline __attribute__((always_inline)) void panel_row(const void *packed, int bf16, int64_t at, vf *lo, vf *hi) {
@@ -42,7 +48,7 @@ static inline __attribute__((always_inline)) void finish(vf lo, vf hi, const flo
 
 static inline __attribute__((always_inline)) void block_rows(const float *x, int64_t x_stride, const void *packed,
                                                              int bf16, const float *bias, float *out, int64_t n,
-                                                             int64_t k, int64_t panel, int rows) {
+                                                             int64_t k, int64_t panel, int rows, int next) {
     vf lo[ROW_BLOCK], hi[ROW_BLOCK];
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = (vf){0};
     const int64_t base = panel * k * PANEL;
@@ -50,6 +56,11 @@ static inline __attribute__((always_inline)) void block_rows(const float *x, int
         vf w0, w1;
         const char *ahead = (const char *)packed + (base + (d + PREFETCH) * PANEL) * (bf16 ? 2 : 4);
         __builtin_prefetch(ahead), __builtin_prefetch(ahead + 64);
+        if (next) {
+            const char *coming = (const char *)packed + (base + k * PANEL + d * PANEL) * (bf16 ? 2 : 4);
+            __builtin_prefetch(coming, 0, 2);  /* into L2 (prefetcht1) */
+            if (!bf16) __builtin_prefetch(coming + 64, 0, 2);
+        }
         panel_row(packed, bf16, base + d * PANEL, &w0, &w1);
         for (int r = 0; r < rows; r++) {
             float xv = x[r * x_stride + d];
@@ -62,12 +73,12 @@ static inline __attribute__((always_inline)) void block_rows(const float *x, int
 
 #define KERNELS(R)                                                                                           \
     static void rows##R##_f32(const float *x, int64_t s, const void *w, const float *b, float *o, int64_t n,    \
-                              int64_t k, int64_t p) {                                                          \
-        block_rows(x, s, w, 0, b, o, n, k, p, R);                                                              \
+                              int64_t k, int64_t p, int nx) {                                                  \
+        if (nx) block_rows(x, s, w, 0, b, o, n, k, p, R, 1); else block_rows(x, s, w, 0, b, o, n, k, p, R, 0);  \
     }                                                                                                          \
     static void rows##R##_bf16(const float *x, int64_t s, const void *w, const float *b, float *o, int64_t n,   \
-                               int64_t k, int64_t p) {                                                         \
-        block_rows(x, s, w, 1, b, o, n, k, p, R);                                                              \
+                               int64_t k, int64_t p, int nx) {                                                 \
+        if (nx) block_rows(x, s, w, 1, b, o, n, k, p, R, 1); else block_rows(x, s, w, 1, b, o, n, k, p, R, 0);  \
     }
 KERNELS(1)
 KERNELS(2)
@@ -82,7 +93,7 @@ KERNELS(10)
 KERNELS(11)
 KERNELS(12)
 
-typedef void (*Kernel)(const float *, int64_t, const void *, const float *, float *, int64_t, int64_t, int64_t);
+typedef void (*Kernel)(const float *, int64_t, const void *, const float *, float *, int64_t, int64_t, int64_t, int);
 static const Kernel KERNELS_F32[] = {NULL, rows1_f32, rows2_f32, rows3_f32, rows4_f32, rows5_f32, rows6_f32,
                                      rows7_f32, rows8_f32, rows9_f32, rows10_f32, rows11_f32, rows12_f32};
 static const Kernel KERNELS_BF16[] = {NULL, rows1_bf16, rows2_bf16, rows3_bf16, rows4_bf16, rows5_bf16, rows6_bf16,
@@ -115,6 +126,7 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
     for (int64_t p = 0; p < panels; p++)
         for (int64_t r = 0; r < m; r += ROW_BLOCK) {
             const int64_t rows = m - r < ROW_BLOCK ? m - r : ROW_BLOCK;
-            kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p);
+            const int next = r + rows == m && m > ROW_BLOCK && m <= NEXT_PANEL_PASSES * ROW_BLOCK && p + 1 < panels;
+            kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
         }
 }

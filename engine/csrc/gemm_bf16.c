@@ -21,6 +21,17 @@
  * 3 rounds): decode-only steps 0.95x the time (0.94-0.96), prefill-heavy 0.99x. */
 #define PREFETCH 32
 
+/* Rows beyond 12 take a second pass over each panel, from L2 and compute-bound, while up to 12 rows
+ * the kernel is bound by the weight stream: the last pass over a panel therefore prefetches the
+ * next panel into L2 (128 bytes a depth pair, as far ahead as the pass goes), so that its arithmetic
+ * overlaps the stream the next panel's first pass would wait for. Over the 0.5B shape's linears and
+ * LM head (weights from DRAM, 2 threads; C alone, 16 alternating pairs): 15 rows 0.92x the time,
+ * 16 rows 0.76x, 20 rows 0.88x, 24 rows 0.97x. W1 bf16 step by step (benchmarks.lockstep, 3 rounds):
+ * decode-only steps 0.939x the time at the 0.5B shape, 0.954x at 1.5B, 0.953x at 135M; prefill-heavy
+ * steps 0.997-1.009x. Up to 4 passes: at prefill sizes the rows' bf16 copy fills L2 and a panel's
+ * first pass is a small part of its time. */
+#define NEXT_PANEL_PASSES 4
+
 int bs_linear_bf16_pairs_available(void) { return 1; }
 
 void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *packed) {
@@ -34,12 +45,16 @@ void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *pac
 
 static inline __attribute__((always_inline)) void block_rows(const uint32_t *xb, int64_t pairs, const uint16_t *panel,
                                                              const float *bias, int64_t col, float *out, int64_t n,
-                                                             int rows) {
+                                                             int rows, const uint16_t *next) {
     __m512 lo[12], hi[12];
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = _mm512_setzero_ps();
     for (int64_t d = 0; d < pairs; d++) {
         const char *ahead = (const char *)(panel + (d + PREFETCH) * PANEL * 2);
         __builtin_prefetch(ahead), __builtin_prefetch(ahead + 64);
+        if (next) {
+            const char *coming = (const char *)(next + d * PANEL * 2);
+            __builtin_prefetch(coming, 0, 2), __builtin_prefetch(coming + 64, 0, 2);  /* into L2 */
+        }
         __m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + d * PANEL * 2);
         __m512bh w1 = (__m512bh)_mm512_loadu_si512(panel + d * PANEL * 2 + PANEL);
         for (int r = 0; r < rows; r++) {
@@ -57,8 +72,11 @@ static inline __attribute__((always_inline)) void block_rows(const uint32_t *xb,
 
 #define ROWS(R)                                                                                               \
     static void rows##R(const uint32_t *xb, int64_t pairs, const uint16_t *panel, const float *bias, int64_t col, \
-                        float *out, int64_t n) {                                                               \
-        block_rows(xb, pairs, panel, bias, col, out, n, R);                                                    \
+                        float *out, int64_t n, const uint16_t *next) {                                         \
+        if (next) /* two copies inlined: the usual one has no prefetch test in its loop */                    \
+            block_rows(xb, pairs, panel, bias, col, out, n, R, next);                                          \
+        else                                                                                                   \
+            block_rows(xb, pairs, panel, bias, col, out, n, R, NULL);                                          \
     }
 ROWS(1)
 ROWS(2)
@@ -72,7 +90,8 @@ ROWS(9)
 ROWS(10)
 ROWS(11)
 ROWS(12)
-typedef void (*Kernel)(const uint32_t *, int64_t, const uint16_t *, const float *, int64_t, float *, int64_t);
+typedef void (*Kernel)(const uint32_t *, int64_t, const uint16_t *, const float *, int64_t, float *, int64_t,
+                       const uint16_t *);
 static const Kernel KERNELS[] = {NULL, rows1, rows2, rows3, rows4, rows5, rows6, rows7, rows8, rows9, rows10,
                                  rows11, rows12};
 
@@ -95,9 +114,12 @@ int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packe
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < panels; p++) {
             const uint16_t *panel = packed + p * pairs * PANEL * 2;
-            for (int64_t r = 0, left = m, blocks = (m + 11) / 12; left > 0; blocks--) {
+            const int64_t passes = (m + 11) / 12;
+            for (int64_t r = 0, left = m, blocks = passes; left > 0; blocks--) {
                 const int rows = (int)((left + blocks - 1) / blocks);
-                KERNELS[rows](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n);
+                const int prefetch_next = blocks == 1 && passes > 1 && passes <= NEXT_PANEL_PASSES && p + 1 < panels;
+                const uint16_t *next = prefetch_next ? panel + pairs * PANEL * 2 : NULL;
+                KERNELS[rows](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n, next);
                 r += rows, left -= rows;
             }
         }
