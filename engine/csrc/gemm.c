@@ -23,8 +23,9 @@
  * DRAM: 1.6x at 13 rows, 1.45x at 24, 1.2x at 64, 1.06x at 256, 1.08x at 1. */
 #define PREFETCH 32
 /* From 13 rows on a panel takes more than one pass, the later ones from L2 and bound by arithmetic:
- * the last pass prefetches the next panel into L2 (a depth's 32 columns per depth), so that the
- * next panel's first pass does not wait for DRAM. Up to 4 passes: at prefill sizes the rows fill L2
+ * the last pass prefetches the next panel into L2 (its 32 columns at each depth the pass reads), so
+ * that the next panel's first pass does not wait for DRAM (the next panel is most often this
+ * thread's own: panels go out in guided runs). Up to 4 passes: at prefill sizes the rows fill L2
  * and a panel's first pass is a small part of its time (gemm_bf16.c). W1 fp32 step by step
  * (benchmarks.lockstep, 3 rounds): decode-only steps 0.987x the time at 135M, 0.968x at the 0.5B
  * shape; prefill-heavy steps 0.995x and 1.002x. */
