@@ -25,11 +25,11 @@
 /* From 13 rows on a panel takes more than one pass, the later ones from L2 and bound by arithmetic:
  * the last pass prefetches the next panel into L2 (its 32 columns at each depth the pass reads), so
  * that the next panel's first pass does not wait for DRAM (the next panel is most often this
- * thread's own: panels go out in guided runs). Up to 4 passes: at prefill sizes the rows fill L2
- * and a panel's first pass is a small part of its time (gemm_bf16.c). W1 fp32 step by step
+ * thread's own: panels go out in guided runs). Only with two passes (13-24 rows), as in
+ * gemm_bf16.c, where more passes gained nothing and prefill sizes lost. W1 fp32 step by step
  * (benchmarks.lockstep, 3 rounds): decode-only steps 0.987x the time at 135M, 0.968x at the 0.5B
  * shape; prefill-heavy steps 0.995x and 1.002x. */
-#define NEXT_PANEL_PASSES 4
+#define NEXT_PANEL_PASSES 2
 
 /* Columns c0..c0+31 of panel p at depth k, as two vectors. */
 static inline __attribute__((always_inline)) void panel_row(const void *packed, int bf16, int64_t at, vf *lo, vf *hi) {

@@ -25,12 +25,14 @@
  * the kernel is bound by the weight stream: the last pass over a panel therefore prefetches the
  * next panel into L2 (128 bytes a depth pair, as far ahead as the pass goes), so that its arithmetic
  * overlaps the stream the next panel's first pass would wait for. Over the 0.5B shape's linears and
- * LM head (weights from DRAM, 2 threads; C alone, 16 alternating pairs): 15 rows 0.92x the time,
- * 16 rows 0.76x, 20 rows 0.88x, 24 rows 0.97x. W1 bf16 step by step (benchmarks.lockstep, 3 rounds):
+ * LM head (weights from DRAM, 2 threads; C alone, 16 alternating pairs): 15 rows 0.92x and 0.94x the
+ * time in two runs, 16 rows 0.76x, 20 rows 0.88x and 1.03x, 24 rows 0.97x and 1.03x: the gain is at
+ * the short second passes. W1 bf16 step by step (benchmarks.lockstep, 3 rounds):
  * decode-only steps 0.939x the time at the 0.5B shape, 0.954x at 1.5B, 0.953x at 135M; prefill-heavy
- * steps 0.997-1.009x. Up to 4 passes: at prefill sizes the rows' bf16 copy fills L2 and a panel's
- * first pass is a small part of its time. */
-#define NEXT_PANEL_PASSES 4
+ * steps 0.997-1.009x. Only with two passes (13-24 rows): at 25-48 rows the kernel alone read
+ * 0.995-1.039x the time (3-4 passes, a panel's first pass a smaller part of it), and at prefill sizes
+ * the rows' bf16 copy fills L2 and the next panel evicts it (prefill-heavy steps 1.013x). */
+#define NEXT_PANEL_PASSES 2
 
 int bs_linear_bf16_pairs_available(void) { return 1; }
 
