@@ -123,11 +123,12 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
                int64_t m, int64_t n, int64_t k, int num_threads) {
     const Kernel *kernels = bf16 ? KERNELS_BF16 : KERNELS_F32;
     const int64_t panels = n / PANEL;
+    const int prefetching = m > ROW_BLOCK && m <= NEXT_PANEL_PASSES * ROW_BLOCK;  /* the next panel, in the last pass */
 #pragma omp parallel for num_threads(num_threads) schedule(guided, 2)
     for (int64_t p = 0; p < panels; p++)
         for (int64_t r = 0; r < m; r += ROW_BLOCK) {
             const int64_t rows = m - r < ROW_BLOCK ? m - r : ROW_BLOCK;
-            const int next = r + rows == m && m > ROW_BLOCK && m <= NEXT_PANEL_PASSES * ROW_BLOCK && p + 1 < panels;
+            const int next = prefetching && r + rows == m && p + 1 < panels;
             kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
         }
 }

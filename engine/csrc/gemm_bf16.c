@@ -102,7 +102,8 @@ static const Kernel KERNELS[] = {NULL, rows1, rows2, rows3, rows4, rows5, rows6,
  * over a panel rather than 12 + 2 + 1). */
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
-    const int64_t pairs = (k + 1) / 2, panels = n / PANEL;
+    const int64_t pairs = (k + 1) / 2, panels = n / PANEL, passes = (m + 11) / 12;
+    const int prefetching = passes > 1 && passes <= NEXT_PANEL_PASSES;  /* the next panel, in the last pass */
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
 #pragma omp parallel num_threads(num_threads)
@@ -116,11 +117,9 @@ int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packe
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < panels; p++) {
             const uint16_t *panel = packed + p * pairs * PANEL * 2;
-            const int64_t passes = (m + 11) / 12;
             for (int64_t r = 0, left = m, blocks = passes; left > 0; blocks--) {
                 const int rows = (int)((left + blocks - 1) / blocks);
-                const int prefetch_next = blocks == 1 && passes > 1 && passes <= NEXT_PANEL_PASSES && p + 1 < panels;
-                const uint16_t *next = prefetch_next ? panel + pairs * PANEL * 2 : NULL;
+                const uint16_t *next = prefetching && blocks == 1 && p + 1 < panels ? panel + pairs * PANEL * 2 : NULL;
                 KERNELS[rows](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n, next);
                 r += rows, left -= rows;
             }
