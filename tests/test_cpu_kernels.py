@@ -130,6 +130,20 @@ def test_bf16_chunks_multiply_queries_and_weights_in_bf16(shape):
     assert (in_fp32[chunks] - expected[chunks]).abs().mean() > 1e-4
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_a_bf16_cache_attends_row_by_row_as_its_fp32_widening(shape):
+    """Row by row (decodes; every row when batch invariant), a bf16 cache's keys and values are
+    widened exactly to fp32 and then take the fp32 path's arithmetic, in its order: the same bits as
+    the fp32 cache holding the same values, whichever way the bf16 path loads them (keys widened once
+    for the query heads that share them, values split into even and odd halves)."""
+    heads, kv_heads, dim = shape
+    layout, _, q, k, v, k_cache, v_cache = random_step(MIXED, torch.bfloat16, heads=heads, kv_heads=kv_heads, dim=dim)
+    k, v = k.bfloat16().float(), v.bfloat16().float()  # as the bf16 cache stores this step's K/V
+    in_bf16 = attend(layout, q, k, v, k_cache, v_cache, batch_invariant=True)
+    in_fp32 = attend(layout, q, k, v, k_cache.float(), v_cache.float(), batch_invariant=True)
+    assert torch.equal(in_bf16, in_fp32)
+
+
 def test_batch_invariant_rows_do_not_depend_on_their_batch_or_their_chunking():
     """The same request, prefilled whole among others and alone in two chunks: the same bits."""
     layout, tables, q, k, v, k_cache, v_cache = random_step([(3, 10), (40, 0), (1, 77)], torch.float32)

@@ -72,11 +72,53 @@ static inline __attribute__((always_inline)) vf chunk(const void *cache, int bf1
     return bf16 ? load_bf16((const uint16_t *)cache + at) : load((const float *)cache + at);
 }
 
+/* Head dims whose loops are compiled with a constant count of vectors (64 and 128). */
+static inline int unrolled(int chunks) { return chunks == 4 || chunks == 8; }
+
 /* The dot product (lanes not yet added) of a scaled query with the key vector at `at`. */
 static inline __attribute__((always_inline)) vf dot(const vf *q, const void *k_cache, int bf16, int64_t at, int chunks) {
     vf d = q[0] * chunk(k_cache, bf16, at);
-    for (int c = 1; c < chunks; c++) d += q[c] * chunk(k_cache, bf16, at + (int64_t)c * LANES);
+    for (int c = 1; c < chunks; c++) d = fmadd(q[c], chunk(k_cache, bf16, at + (int64_t)c * LANES), d);
     return d;
+}
+
+/* Decode attention's arithmetic (2026-12-05): with a row's data in cache the kernel spent ~29 cycles
+ * per (head, key), bound by dot()'s one chain at a time, a lane-by-lane running max, and bf16's
+ * lane-crossing widening (three times per key for SmolLM2's groups of 3 query heads). Now 16 keys'
+ * chains interleave (dot16), the max is kept per lane, a kv head's 16 keys are widened once
+ * (widen_keys) and the values loaded as pairs (weigh_head_pairs): the same bits. Kernel alone,
+ * bf16, 16 decode rows x ~225 keys, 30 layers' caches on huge pages, 2 threads: 0.81x the time with
+ * the data in cache; from DRAM 0.85-0.93x at SmolLM2's heads, 0.72x and 0.80x at Qwen2.5-0.5B's and
+ * 1.5B's (W1 decode steps 0.98x and 0.99x). From DRAM the misses in flight bound it: the prefetch
+ * instructions wait for a free miss buffer (a third of its samples; prefetching further ahead, to L3
+ * or every other line did not help), so fp32 caches gain only in cache (0.86x; from DRAM 1.00-1.07x,
+ * W1 decode steps 1.005x). */
+
+/* dot() of one query head with 16 keys (at off[k] + head), their chains interleaved: C constant, so
+ * the 16 accumulators stay in registers (the same operations per key as dot(), the same bits; dot()'s
+ * loop over a runtime count kept one dependent chain in flight). */
+static inline __attribute__((always_inline)) void dot16(const vf *q, const void *k_cache, int bf16, const int64_t *off,
+                                                        int64_t head, vf *dots, const int C) {
+    vf d[LANES];
+    for (int k = 0; k < LANES; k++) d[k] = q[0] * chunk(k_cache, bf16, off[k] + head);
+    for (int c = 1; c < C; c++)
+        for (int k = 0; k < LANES; k++) d[k] = fmadd(q[c], chunk(k_cache, bf16, off[k] + head + (int64_t)c * LANES), d[k]);
+    for (int k = 0; k < LANES; k++) dots[k] = d[k];
+}
+
+/* dot16 over keys widened by widen_keys (key k at wide + k * C * 16). */
+static inline __attribute__((always_inline)) void dot16_widened(const vf *q, const float *wide, vf *dots, const int C) {
+    int64_t off[LANES];
+    for (int k = 0; k < LANES; k++) off[k] = (int64_t)k * C * LANES;
+    dot16(q, wide, 0, off, 0, dots, C);
+}
+
+/* The 16 keys' vectors of one kv head (at off[k] + head) widened to fp32, key k at wide[k * dim]:
+ * the query heads that share the kv head (GQA) read them from here, converted once, not once each. */
+static inline __attribute__((always_inline)) void widen_keys(const Args *a, const int64_t *off, int64_t head, float *wide) {
+    for (int k = 0; k < LANES; k++)
+        for (int c = 0; c < a->dim / LANES; c++)
+            store(wide + k * a->dim + c * LANES, load_bf16((const uint16_t *)a->k_cache + off[k] + head + c * LANES));
 }
 
 /* Pass 1: every head's score for every key (sc->scores[head * stride + j]) and each head's max.
@@ -86,7 +128,10 @@ static inline __attribute__((always_inline)) void score_keys(const Args *a, cons
     const int group = a->heads / a->kv_heads, chunks = a->dim / LANES;
     const int early = values_early(a, nkeys, bf16);
     int64_t off[LANES];
-    for (int hq = 0; hq < a->heads; hq++) max[hq] = -3.4e38f;
+    float wide[LANES * BS_MAX_DIM] __attribute__((aligned(64)));
+    const int widen = bf16 && group > 1 && unrolled(chunks);
+    vf vmax[BS_MAX_HEADS];
+    for (int hq = 0; hq < a->heads; hq++) vmax[hq] = (vf){0} - 3.4e38f;
     for (int64_t ahead = 0; ahead < KEYS_AHEAD * LANES; ahead += LANES)
         for (int hq = 0; hq < a->heads; hq++) prefetch_keys(a, a->k_cache, bf16, table, ahead, hq, nkeys);
     int64_t j = 0;
@@ -97,11 +142,21 @@ static inline __attribute__((always_inline)) void score_keys(const Args *a, cons
             if (early) prefetch_keys(a, a->v_cache, bf16, table, j, hq, nkeys);
             int64_t head = (int64_t)(hq / group) * a->dim;
             vf dots[LANES];
-            for (int k = 0; k < LANES; k++) dots[k] = dot(sc->q + hq * chunks, a->k_cache, bf16, off[k] + head, chunks);
+            if (widen && hq % group == 0) widen_keys(a, off, head, wide);
+            if (widen && chunks == 4) dot16_widened(sc->q + hq * chunks, wide, dots, 4);
+            else if (widen) dot16_widened(sc->q + hq * chunks, wide, dots, 8);
+            else if (chunks == 4) dot16(sc->q + hq * chunks, a->k_cache, bf16, off, head, dots, 4);
+            else if (chunks == 8) dot16(sc->q + hq * chunks, a->k_cache, bf16, off, head, dots, 8);
+            else
+                for (int k = 0; k < LANES; k++) dots[k] = dot(sc->q + hq * chunks, a->k_cache, bf16, off[k] + head, chunks);
             vf s = reduce16(dots);
             store(sc->scores + hq * sc->stride + j, s);
-            for (int i = 0; i < LANES; i++) max[hq] = s[i] > max[hq] ? s[i] : max[hq];
+            vmax[hq] = vmaxf(s, vmax[hq]);
         }
+    }
+    for (int hq = 0; hq < a->heads; hq++) {
+        max[hq] = -3.4e38f;
+        for (int i = 0; i < LANES; i++) max[hq] = vmax[hq][i] > max[hq] ? vmax[hq][i] : max[hq];
     }
     for (; j < nkeys; j++) {
         int64_t at = key_offset(a, table, j);
@@ -124,6 +179,26 @@ static inline __attribute__((always_inline)) void weigh_head(const Args *a, cons
     for (int c = 0; c < C; c++) acc[c] = sum[c];
 }
 
+/* A bf16 cache's values as pairs (head dims of 64 and 128): one 64-byte load holds 32 values, the even
+ * ones in the low halves of its 16 words and the odd ones in the high halves; a shift and a mask
+ * widen them, with no lane-crossing conversion (which shares its port with the FMAs). The
+ * accumulators keep that order, even then odd per 32 values, and the row's output puts them back in
+ * place (unpair): each value is weighed and summed as before, so the same bits. */
+static inline int paired_values(int bf16, int chunks) { return bf16 && unrolled(chunks); }
+
+static inline __attribute__((always_inline)) void weigh_head_pairs(const Args *a, const int64_t *off, int n, int64_t head,
+                                                                   const float *w, vf *acc, const int P) {
+    vf sum[2 * P];
+    for (int c = 0; c < 2 * P; c++) sum[c] = acc[c];
+    for (int k = 0; k < n; k++)
+        for (int p = 0; p < P; p++) {
+            vu x = *(const vu_u *)((const uint16_t *)a->v_cache + off[k] + head + (int64_t)p * 2 * LANES);
+            sum[2 * p] += w[k] * (vf)(x << 16);
+            sum[2 * p + 1] += w[k] * (vf)(x & 0xffff0000u);
+        }
+    for (int c = 0; c < 2 * P; c++) acc[c] = sum[c];
+}
+
 /* Pass 3: acc[head] = sum over keys of weight * value, 16 keys at a time. (The same additions in
  * the same order as one vector at a time, which made each a chain of 16 dependent FMAs.) */
 static inline __attribute__((always_inline)) void weigh_values(const Args *a, const int32_t *table, int64_t nkeys,
@@ -138,12 +213,20 @@ static inline __attribute__((always_inline)) void weigh_values(const Args *a, co
             const float *w = sc->scores + hq * sc->stride + j;
             int64_t head = (int64_t)(hq / group) * a->dim;
             vf *acc = sc->acc + hq * chunks;
-            if (chunks == 4) weigh_head(a, off, n, head, w, acc, bf16, 4);
+            if (paired_values(bf16, chunks) && chunks == 4) weigh_head_pairs(a, off, n, head, w, acc, 2);
+            else if (paired_values(bf16, chunks)) weigh_head_pairs(a, off, n, head, w, acc, 4);
+            else if (chunks == 4) weigh_head(a, off, n, head, w, acc, bf16, 4);
             else if (chunks == 8) weigh_head(a, off, n, head, w, acc, bf16, 8);
             else
                 for (int c = 0; c < chunks; c++) weigh_head(a, off, n, head + (int64_t)c * LANES, w, acc + c, bf16, 1);
         }
     }
+}
+
+/* Values c * 16 .. c * 16 + 15 from the even and odd accumulators of their 32 (half = c & 1). */
+static inline vf unpair(vf even, vf odd, int half) {
+    return half ? SHUFFLE(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
+                : SHUFFLE(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
 }
 
 /* One query row at position `pos`, every head, keys through `table`. */
@@ -170,9 +253,13 @@ static inline __attribute__((always_inline)) void attend(const Args *a, const in
         inv[hq] = 1.0f / hsum(total);
     }
     weigh_values(a, table, nkeys, bf16, sc);
+    const int paired = paired_values(bf16, chunks);
     for (int hq = 0; hq < a->heads; hq++)
-        for (int c = 0; c < chunks; c++)
-            store(a->out + (row * a->heads + hq) * a->dim + c * LANES, sc->acc[hq * chunks + c] * inv[hq]);
+        for (int c = 0; c < chunks; c++) {
+            const vf *acc = sc->acc + hq * chunks;
+            vf v = paired ? unpair(acc[c & ~1], acc[c | 1], c & 1) : acc[c];
+            store(a->out + (row * a->heads + hq) * a->dim + c * LANES, v * inv[hq]);
+        }
 }
 
 static void attend_f32(const Args *a, const int32_t *table, int64_t row, int64_t pos, Scratch *sc) {

@@ -11,6 +11,7 @@
 typedef float vf __attribute__((vector_size(LANES * 4)));
 typedef float vf_u __attribute__((vector_size(LANES * 4), aligned(4), may_alias));
 typedef uint32_t vu __attribute__((vector_size(LANES * 4)));
+typedef uint32_t vu_u __attribute__((vector_size(LANES * 4), aligned(2), may_alias));
 typedef int32_t vi __attribute__((vector_size(LANES * 4)));
 typedef uint16_t vh_u __attribute__((vector_size(LANES * 2), aligned(2), may_alias));
 
@@ -22,7 +23,11 @@ static inline vf load(const float *p) { return *(const vf_u *)p; }
 static inline vf load_bf16(const uint16_t *p) {
     return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
 }
+/* a * b + c rounded once, as written: GCC contracts `x * y + z` into an FMA on its own, but which of
+ * two products it fuses is its choice, and the choice changes the bits. */
+static inline vf fmadd(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
 #else
+static inline vf fmadd(vf a, vf b, vf c) { return a * b + c; }
 static inline vf load_bf16(const uint16_t *p) {
     vu bits = __builtin_convertvector(*(const vh_u *)p, vu) << 16;
     vf out;
