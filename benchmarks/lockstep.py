@@ -61,13 +61,19 @@ def _git(root: Path, *args: str) -> str:
 
 
 def baseline_library(baseline: str, workdir: Path):
-    """The baseline's kernels, built and opened with every signature declared."""
+    """The baseline's kernels, built and opened with every signature declared; refused where its
+    interface is not this tree's (the engine would call it with arguments it does not take)."""
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None or cpu_kernels.load() is None:
         raise SystemExit("the CPU kernels do not build here: nothing to compare")
     target = workdir / "baseline.so"
     cpu_kernels.build(compiler, baseline_sources(baseline, workdir), target)
-    return cpu_kernels.open_library(target)
+    library = cpu_kernels.open_library(target)
+    try:
+        cpu_kernels.check_interface(library)
+    except cpu_kernels.InterfaceError as exc:
+        raise SystemExit(f"{baseline}'s kernels cannot run under this tree's engine: {exc}") from None
+    return library
 
 
 def step_kind(result) -> str:

@@ -72,7 +72,7 @@ SIGNATURES = {
     "bs_amx_depth": [I64],  # in features -> padded to whole tile rows
     "bs_pack_linear_amx": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_amx": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
-    "bs_decoder_layer": [P, P, P, P, P],  # layer, step (models/fused_layers.py), x, k cache, v cache
+    "bs_decoder_layer": [P, P, P, P, P, P, I64],  # layer, step (models/fused_layers.py), x, k/v cache, keep, kept
 }
 RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
                "bs_prefill_attention_pairs_available",
@@ -80,7 +80,7 @@ RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linea
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)
-ABI_VERSION = 1  # batchscope.h's BS_ABI_VERSION
+ABI_VERSION = 2  # batchscope.h's BS_ABI_VERSION
 MAX_HEADS, MAX_DIM = 128, 256  # query heads and head dim paged attention holds (BS_MAX_HEADS, BS_MAX_DIM)
 LINEAR_KERNELS = {"fp32": 0, "widen": 1, "pairs": 2, "amx": 3}  # a fused layer's linear kernel (LINEAR_*)
 

@@ -7,9 +7,10 @@ all 102 rows. Alongside the token ids the runner builds, with tensor ops rather 
 over tokens, each row's position and its slot in the paged KV cache (the slot mapping), plus
 ``cu_seqlens_q``, the key length of each segment and its block table; the attention backend
 turns these into its plan once per step and uses it in every layer, so attention is the only
-place where requests stay apart. After the final norm only the rows whose logits are needed
-(each decode, and the last row of a prefill that completes) go through the LM head; the
-logits are split back per request and sampled in one vectorised call. On CUDA the forward pass
+place where requests stay apart. Only the rows whose logits are needed (each decode, and the
+last row of a prefill that completes) go on past the last layer's attention (every row's keys
+and values are written there as in any layer) and through the LM head; the logits are split
+back per request and sampled in one vectorised call. On CUDA the forward pass
 of a step of decodes only is instead replayed from a captured CUDA graph (``cuda_graphs.py``;
 the LM head stays outside, on the real rows only); the KV cache has one block more than the
 pool, the padding block that padded graph rows write to.
@@ -49,6 +50,12 @@ class ForwardStep:
 
     def attend(self, layer: int, q, k, v, scale: float) -> torch.Tensor:
         return self.backend.forward(self.plan, q, k, v, self.k_cache[layer], self.v_cache[layer], scale)
+
+
+def _rows_to_keep(packed: PackedStep, device: torch.device) -> torch.Tensor | None:
+    """The rows whose logits are sampled, or None where that is every row (decodes only)."""
+    rows = packed.logits_rows
+    return None if rows == list(range(packed.num_rows)) else torch.tensor(rows, dtype=torch.long, device=device)
 
 
 class ModelRunner:
@@ -112,9 +119,12 @@ class ModelRunner:
             self.device, capture,
         )
 
-    def _hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, plan) -> torch.Tensor:
+    def _hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, plan,
+                       keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Every row's hidden state, or the rows ``keep`` only (``PackedLlama.forward``)."""
         with self._attention_kernels():
-            return self.model(input_ids, positions, ForwardStep(self.backend, plan, self.k_cache, self.v_cache))
+            step = ForwardStep(self.backend, plan, self.k_cache, self.v_cache)
+            return self.model(input_ids, positions, step, keep)
 
     def _attention_kernels(self):
         return sdpa_kernel(CUDA_SDPA_BACKENDS) if self.device.type == "cuda" else contextlib.nullcontext()
@@ -154,12 +164,12 @@ class ModelRunner:
             graph = self._graph_for(packed, layout)
             if graph is None:
                 plan = self.backend.plan(layout, self.device, batch_invariant)
-                logits_rows = torch.tensor(packed.logits_rows, dtype=torch.long, device=self.device)
+                keep = _rows_to_keep(packed, self.device)
         with timer.phase("forward", device_work=True):
             if graph is not None:
                 hidden = self.decode_graphs.run(graph, input_ids, positions, layout)
             else:
-                hidden = self._hidden_states(input_ids, positions, plan)[logits_rows]
+                hidden = self._hidden_states(input_ids, positions, plan, keep)
             logits = self.model.compute_logits(hidden)
         with timer.phase("sample", device_work=True):
             tokens, logprobs = self._sample(logits, packed)

@@ -1,5 +1,6 @@
 """Smoke run of the benchmark tool on a tiny model: every peer and workload, no timing asserts."""
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -111,6 +112,22 @@ def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_d
     assert all(r["all"] > 0 for r in result["rounds"])
     assert json.loads(out.read_text()) == result
     assert cpu_kernels.load() is cpu_kernels.built()  # the baseline was swapped out again
+
+
+def test_lockstep_refuses_a_baseline_of_another_interface(tmp_path):
+    """Kernels whose ABI is not this tree's would be called with arguments they do not take."""
+    from benchmarks import lockstep
+    from engine import cpu_kernels
+
+    if cpu_kernels.load() is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    older, work = tmp_path / "older", tmp_path / "work"
+    shutil.copytree(cpu_kernels.SOURCES, older), work.mkdir()
+    header = older / "batchscope.h"
+    version = f"#define BS_ABI_VERSION {cpu_kernels.ABI_VERSION}"
+    header.write_text(header.read_text().replace(version, "#define BS_ABI_VERSION 1000"))
+    with pytest.raises(SystemExit, match="cannot run under this tree's engine: .*ABI version is 1000"):
+        lockstep.baseline_library(str(older), work)
 
 
 def test_lockstep_refuses_a_baseline_it_cannot_read(tmp_path):

@@ -10,7 +10,7 @@
 #define BATCHSCOPE_H
 #include <stdint.h>
 
-#define BS_ABI_VERSION 1
+#define BS_ABI_VERSION 2
 #define BS_MAX_HEADS 128  /* query heads paged attention holds per row (cpu_kernels.MAX_HEADS) */
 #define BS_MAX_DIM 256    /* head dim */
 
@@ -102,7 +102,9 @@ int bs_prefill_attention_pairs(const Args *a, const int32_t *segments, int count
                                const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
                                int64_t table_stride, int max_keys, int num_threads);
 
-/* decoder_layer.c: one layer on the residual rows x [rows, hidden], in place; 0, or a kernel's status. */
-int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache);
+/* decoder_layer.c: one layer on the residual rows x [rows, hidden], in place; with `keep` (NULL: every
+ * row), only rows keep[0..kept) past attention, into x's first kept rows; 0, or a kernel's status. */
+int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache,
+                     const int64_t *keep, int64_t kept);
 
 #endif

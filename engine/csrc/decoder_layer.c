@@ -11,15 +11,16 @@
  * 32-column panel); the step's scratch rows are the caller's.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "batchscope.h"
 
-static int linear(const LayerDesc *l, const LinearDesc *w, const float *x, float *out, const StepDesc *s) {
+static int linear(const LayerDesc *l, const LinearDesc *w, const float *x, float *out, int64_t rows, int threads) {
     switch (l->kernel) {
-    case LINEAR_AMX: return bs_linear_amx(x, w->in, w->weight, w->bias, out, s->rows, w->out, w->in, s->threads);
-    case LINEAR_PAIRS: return bs_linear_bf16_pairs(x, w->in, w->weight, w->bias, out, s->rows, w->out, w->in, s->threads);
+    case LINEAR_AMX: return bs_linear_amx(x, w->in, w->weight, w->bias, out, rows, w->out, w->in, threads);
+    case LINEAR_PAIRS: return bs_linear_bf16_pairs(x, w->in, w->weight, w->bias, out, rows, w->out, w->in, threads);
     default:
-        bs_linear(x, w->in, w->weight, l->kernel == LINEAR_WIDEN, w->bias, out, s->rows, w->out, w->in, s->threads);
+        bs_linear(x, w->in, w->weight, l->kernel == LINEAR_WIDEN, w->bias, out, rows, w->out, w->in, threads);
         return 0;
     }
 }
@@ -28,23 +29,40 @@ static void add(float *x, const float *delta, int64_t count) {
     for (int64_t i = 0; i < count; i++) x[i] += delta[i];
 }
 
-/* One layer on the residual rows x [rows, hidden] (updated in place); 0, or a kernel's status. */
-int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache) {
+/* Rows keep[0] < keep[1] < ... of rows [*, width] moved to rows 0, 1, ... (in place: keep[i] >= i). */
+static void keep_rows(float *rows, int64_t width, const int64_t *keep, int64_t kept) {
+    for (int64_t i = 0; i < kept; i++)
+        if (keep[i] != i) memmove(rows + i * width, rows + keep[i] * width, sizeof(float) * width);
+}
+
+/* One layer on the residual rows x [rows, hidden] (updated in place); 0, or a kernel's status. With
+ * `keep` (the last layer), every row's keys and values are written and attended as in any layer, then
+ * only rows keep[0..kept) go on through the output projection and the MLP, into x's first kept rows:
+ * the other rows' results would only feed logits nobody samples (a prompt's rows before its last).
+ * Every kernel here computes a row from that row alone, so the kept rows are the same bits. */
+int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache,
+                     const int64_t *keep, int64_t kept) {
     const int64_t hidden = l->o.out, q_size = (int64_t)l->heads * l->dim, kv_size = (int64_t)l->kv_heads * l->dim;
-    const int64_t stride = l->qkv.out, rows = s->rows;
+    const int64_t stride = l->qkv.out;
+    int64_t rows = s->rows;
     int status;
     bs_add_rms_norm(x, NULL, l->norm1, s->h, rows, hidden, l->eps, s->threads);
-    if ((status = linear(l, &l->qkv, s->h, s->qkv, s))) return status;
+    if ((status = linear(l, &l->qkv, s->h, s->qkv, rows, s->threads))) return status;
     bs_rotary(s->qkv, stride, rows, l->heads + l->kv_heads, l->dim, s->cos, s->sin, s->threads);
     status = bs_paged_attention(s->qkv + q_size, stride, s->qkv + q_size + kv_size, stride, s->slots, rows, s->qkv,
                                 stride, s->attn, k_cache, v_cache, s->bf16_cache, s->row_start, s->row_count,
                                 s->num_cached, s->tables, s->table_stride, s->segments, l->heads, l->kv_heads, l->dim,
                                 s->block_size, s->scale, s->max_keys, s->invariant, s->threads);
-    if (status || (status = linear(l, &l->o, s->attn, s->delta, s))) return status;
+    if (status) return status;
+    if (keep) {
+        keep_rows(s->attn, q_size, keep, kept), keep_rows(x, hidden, keep, kept);
+        if ((rows = kept) == 0) return 0;
+    }
+    if ((status = linear(l, &l->o, s->attn, s->delta, rows, s->threads))) return status;
     bs_add_rms_norm(x, s->delta, l->norm2, s->h, rows, hidden, l->eps, s->threads);
-    if ((status = linear(l, &l->gate_up, s->h, s->gate_up, s))) return status;
+    if ((status = linear(l, &l->gate_up, s->h, s->gate_up, rows, s->threads))) return status;
     bs_silu_mul(s->gate_up, s->act, rows, l->gate_up.out / 2, s->threads);
-    if ((status = linear(l, &l->down, s->act, s->delta, s))) return status;
+    if ((status = linear(l, &l->down, s->act, s->delta, rows, s->threads))) return status;
     add(x, s->delta, rows * hidden);
     return 0;
 }

@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) vf dot(const vf *q, const void *k_c
     return d;
 }
 
-/* Decode attention's arithmetic (2026-12-05): with a row's data in cache the kernel spent ~29 cycles
+/* Decode attention's arithmetic (2026-12-04, night): with a row's data in cache the kernel spent ~29 cycles
  * per (head, key), bound by dot()'s one chain at a time, a lane-by-lane running max, and bf16's
  * lane-crossing widening (three times per key for SmolLM2's groups of 3 query heads). Now 16 keys'
  * chains interleave (dot16), the max is kept per lane, a kv head's 16 keys are widened once

@@ -59,7 +59,10 @@ class FusedLayers:
         descs = [layer_desc(layer) for layer in layers]
         return None if None in descs else cls(layers, descs)
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step,
+                 keep: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` after every layer; with ``keep`` (increasing int64 row indices), those rows only
+        (the last layer takes only them past attention: ``DecoderLayer.forward``)."""
         rows, hidden = x.shape
         widths = (hidden, self.qkv_out, self.q_size, 2 * self.inter, self.inter, hidden)
         scratch = [torch.empty(rows, n) for n in widths]  # h, qkv, attention, gate/up, SiLU x up, delta
@@ -67,12 +70,15 @@ class FusedLayers:
         k_cache, v_cache = step.k_cache, step.v_cache
         layer_bytes = k_cache.stride(0) * k_cache.element_size()
         run = cpu_kernels.load().bs_decoder_layer
+        last = len(self.descs) - 1
         for i, layer in enumerate(self.descs):
+            kept = keep if i == last else None
             status = run(ctypes.byref(layer), ctypes.byref(desc), x.data_ptr(),
-                         k_cache.data_ptr() + i * layer_bytes, v_cache.data_ptr() + i * layer_bytes)
+                         k_cache.data_ptr() + i * layer_bytes, v_cache.data_ptr() + i * layer_bytes,
+                         None if kept is None else kept.data_ptr(), 0 if kept is None else kept.numel())
             if status != 0:
                 raise RuntimeError(f"the fused decoder layer {i} failed (status {status})")
-        return x
+        return x if keep is None else x[:keep.numel()]
 
     def _step(self, rows: int, cos, sin, step, scratch: list[torch.Tensor]) -> StepDesc:
         plan, k_cache = step.plan, step.k_cache
