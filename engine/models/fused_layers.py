@@ -63,6 +63,8 @@ class FusedLayers:
                  keep: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` after every layer; with ``keep`` (increasing int64 row indices), those rows only
         (the last layer takes only them past attention: ``DecoderLayer.forward``)."""
+        if keep is not None and (keep.dtype != torch.int64 or not keep.is_contiguous()):
+            raise ValueError(f"keep must be a contiguous int64 tensor of row indices, got {keep.dtype}")
         rows, hidden = x.shape
         widths = (hidden, self.qkv_out, self.q_size, 2 * self.inter, self.inter, hidden)
         scratch = [torch.empty(rows, n) for n in widths]  # h, qkv, attention, gate/up, SiLU x up, delta
