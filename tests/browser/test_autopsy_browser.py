@@ -144,6 +144,10 @@ def drawn_to_panel(driver) -> bool:
 
 
 def test_a_preempted_request_shows_its_preemption(tiny_model_dir):
+    """Checked on the page reloaded after the run: a live page's frames carry the latest records of
+    each tick only, so a page that falls behind (a loaded machine) may miss steps, the preemption's
+    among them, and its lane then says "unknown" there; a snapshot carries every step back to the
+    oldest card's arrival (the live page's autopsy is the article's test, stepped)."""
     options = ("--num-kv-blocks", "14", "--max-num-batched-tokens", "64")
     with live_dashboard(tiny_model_dir, options=options) as live, chromium(*SIZES[1]) as driver:
         arrivals = Arrivals(live.llm)
@@ -154,6 +158,8 @@ def test_a_preempted_request_shows_its_preemption(tiny_model_dir):
                  "the shot to finish", 180)
         with live.lock:
             records = list(live.records)
+        open_page(driver, live)
+        wait_for(driver, lambda: {s for rid, s in debug(driver)["cards"] if rid in ids} == {"finished"}, "the cards")
         preempted = [rid for r in records for rid in r["preempted"]]
         assert preempted, "a 14-block pool preempted nobody"
         rid = preempted[0]
