@@ -53,9 +53,10 @@ class ForwardStep:
 
 
 def _rows_to_keep(packed: PackedStep, device: torch.device) -> torch.Tensor | None:
-    """The rows whose logits are sampled, or None where that is every row (decodes only)."""
+    """The rows whose logits are sampled, or None where that is every row (decodes only: the
+    rows are distinct and increasing, so as many as the step's rows means all of them)."""
     rows = packed.logits_rows
-    return None if rows == list(range(packed.num_rows)) else torch.tensor(rows, dtype=torch.long, device=device)
+    return None if len(rows) == packed.num_rows else torch.tensor(rows, dtype=torch.long, device=device)
 
 
 class ModelRunner:
