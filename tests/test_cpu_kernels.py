@@ -210,6 +210,21 @@ def test_bf16_linear_equals_f_linear_and_a_rows_result_does_not_depend_on_the_ba
     check_linear(torch.bfloat16, rounds_x=bf16_kernel != "widen")
 
 
+def test_the_bf16_kernels_round_x_as_torch_does_bit_for_bit(bf16_kernel):
+    """x through an identity weight comes back as its bf16 rounding: ties to even both ways, the
+    carries into the exponent, every lane of a vector and a tail (37 columns, odd: a padded pair)."""
+    if bf16_kernel == "widen":
+        pytest.skip("the widening kernel multiplies x in fp32")
+    gen = torch.Generator().manual_seed(5)
+    bits = torch.randint(0x00800000, 0x7f000000, (40, 37), generator=gen, dtype=torch.int64)
+    low = torch.tensor([0x8000, 0x7fff, 0x8001, 0x0000, 0xffff, 0x18000])  # ties, neighbours, carries
+    bits[:, :6] = (bits[:, :6] & ~0xffff) + low
+    bits[::2] |= 1 << 31  # negative rows
+    x = bits.to(torch.int32).view(torch.float32)
+    layer = KernelLinear(torch.eye(37, dtype=torch.bfloat16), None)
+    assert torch.equal(layer(x), x.to(torch.bfloat16).float())
+
+
 def check_linear(dtype: torch.dtype, rounds_x: bool):
     gen = torch.Generator().manual_seed(2)
     weight, bias = torch.randn(90, 70, generator=gen).to(dtype), torch.randn(90, generator=gen)

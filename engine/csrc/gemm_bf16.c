@@ -97,6 +97,15 @@ typedef void (*Kernel)(const uint32_t *, int64_t, const uint16_t *, const float 
 static const Kernel KERNELS[] = {NULL, rows1, rows2, rows3, rows4, rows5, rows6, rows7, rows8, rows9, rows10,
                                  rows11, rows12};
 
+/* A row of k floats as bf16 pairs (k padded to even with a zero): its bf16 values in order, 16 at a time
+ * (scalar, this copy took 6% of a 512-row prefill at SmolLM2-135M's shape). */
+static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
+    int64_t d = 0;
+    for (; d + LANES <= k; d += LANES) store_bf16_exact(row + d, load(x + d));
+    for (; d < k; d++) row[d] = to_bf16(x[d]);
+    if (k % 2) row[k] = 0;
+}
+
 /* out [m, n] fp32 contiguous = bf16(x [m, k], rows x_stride apart) . w^T (+ bias); -2 out of memory.
  * Rows go in as few blocks of at most 12 as they need, of balanced sizes (15 rows: 8 + 7, two passes
  * over a panel rather than 12 + 2 + 1). */
@@ -108,12 +117,8 @@ int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packe
     if (!xb) return -2;
 #pragma omp parallel num_threads(num_threads)
     {
-#pragma omp for schedule(static)  /* x to bf16 pairs, rows shared by the threads (one alone: 5% of a prefill) */
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t d = 0; d < pairs; d++) {
-                uint32_t a = to_bf16(x[r * x_stride + 2 * d]), b = 2 * d + 1 < k ? to_bf16(x[r * x_stride + 2 * d + 1]) : 0;
-                xb[r * pairs + d] = a | b << 16;
-            }
+#pragma omp for schedule(static)  /* x to bf16 pairs, rows shared by the threads */
+        for (int64_t r = 0; r < m; r++) to_bf16_pairs(x + r * x_stride, k, (uint16_t *)(xb + r * pairs));
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < panels; p++) {
             const uint16_t *panel = packed + p * pairs * PANEL * 2;

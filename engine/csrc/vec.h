@@ -87,6 +87,15 @@ static inline uint16_t to_bf16(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* 16 floats to bf16 bits at dst, lane by lane as to_bf16 (the same bits, NaN and denormals included). */
+static inline void store_bf16_exact(uint16_t *dst, vf v) {
+    vu u;
+    memcpy(&u, &v, sizeof u);
+    vu rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+    *(vh_u *)dst = __builtin_convertvector((rounded & ~nan) | (0x7fc0u & nan), vh_u);
+}
+
 /* Lane k of the result is the sum of the lanes of d[k]: a transpose-and-add tree, 45 vector
  * operations for 16 dot products instead of 16 horizontal sums. */
 static inline vf reduce16(const vf *d) {
