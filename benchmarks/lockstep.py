@@ -68,8 +68,8 @@ def baseline_library(baseline: str, workdir: Path):
         raise SystemExit("the CPU kernels do not build here: nothing to compare")
     target = workdir / "baseline.so"
     cpu_kernels.build(compiler, baseline_sources(baseline, workdir), target)
-    library = cpu_kernels.open_library(target)
     try:
+        library = cpu_kernels.open_library(target)
         cpu_kernels.check_interface(library)
     except cpu_kernels.InterfaceError as exc:
         raise SystemExit(f"{baseline}'s kernels cannot run under this tree's engine: {exc}") from None

@@ -59,6 +59,7 @@ SIGNATURES = {
         INT, INT, INT, INT, INT,  # segments, heads, kv heads, head dim, block size
         F32, INT, INT, INT,  # scale, max keys, invariant (row by row only), threads
     ],
+    "bs_argmax_rows": [P, I64, I64, I64, P, INT],  # x, rows, columns, row stride, out (int64), threads
     "bs_add_rms_norm": [P, P, P, P, I64, I64, F32, INT],  # x, delta, weight, out, rows, hidden, eps, threads
     "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
     "bs_rotary": [P, I64, I64, INT, INT, P, P, INT],  # q/k, row stride, rows, heads, dim, cos, signed sin, threads
@@ -160,10 +161,9 @@ def built() -> ctypes.CDLL | None:
         if not target.exists():
             build(compiler, [f for f in files if f.suffix == ".c"], target)
         library = open_library(target)
+        check_interface(library)
     except (OSError, subprocess.SubprocessError) as exc:
         return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
-    try:
-        check_interface(library)
     except InterfaceError as exc:
         return _without_kernels(str(exc))
     return library
@@ -179,9 +179,11 @@ def _without_kernels(why: str) -> None:
 
 
 def open_library(path: Path) -> ctypes.CDLL:
-    """A built library with every kernel's signature declared."""
+    """A built library with every kernel's signature declared; InterfaceError where one is missing."""
     library = ctypes.CDLL(str(path))
     for name, argtypes in SIGNATURES.items():
+        if not hasattr(library, name):
+            raise InterfaceError(f"the library has no {name}")
         function = getattr(library, name)
         function.argtypes = argtypes
         function.restype = ctypes.c_int if name in RETURNS_INT else I64 if name in RETURNS_I64 else None
@@ -268,6 +270,16 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     out = torch.empty_like(x)
     load().bs_add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(),
                            out.data_ptr(), rows, hidden, eps, torch.get_num_threads())
+    return out
+
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """Each row's index of its first largest value (int64 ``[rows]``), as ``x.max(dim=-1).indices``."""
+    _fp32_on_cpu("x", x)
+    if x.dim() != 2 or x.shape[1] == 0 or x.stride(1) != 1:
+        raise ValueError(f"x must be [rows, columns > 0] with contiguous rows, got {list(x.shape)}, {x.stride()}")
+    out = torch.empty(x.shape[0], dtype=torch.int64)
+    load().bs_argmax_rows(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), out.data_ptr(), torch.get_num_threads())
     return out
 
 

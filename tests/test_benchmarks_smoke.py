@@ -130,6 +130,20 @@ def test_lockstep_refuses_a_baseline_of_another_interface(tmp_path):
         lockstep.baseline_library(str(older), work)
 
 
+def test_lockstep_refuses_a_baseline_that_lacks_a_kernel(tmp_path):
+    """A build from before a kernel was added (this tree's engine would call it): refused, saying which."""
+    from benchmarks import lockstep
+    from engine import cpu_kernels
+
+    if cpu_kernels.load() is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    older, work = tmp_path / "older", tmp_path / "work"
+    shutil.copytree(cpu_kernels.SOURCES, older), work.mkdir()
+    (older / "argmax.c").unlink()
+    with pytest.raises(SystemExit, match="cannot run under this tree's engine: the library has no bs_argmax_rows"):
+        lockstep.baseline_library(str(older), work)
+
+
 def test_lockstep_refuses_a_baseline_it_cannot_read(tmp_path):
     from benchmarks import lockstep
 

@@ -239,6 +239,32 @@ def check_linear(dtype: torch.dtype, rounds_x: bool):
             assert torch.equal(layer(x[part]), out[part])
 
 
+@pytest.mark.parametrize("columns", [1, 5, 16, 17, 33, 49152])
+def test_argmax_rows_picks_what_torch_max_picks(columns):
+    """Ties (the first), NaN (the first NaN), all -inf, every lane position and a tail, rows apart."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(8, columns, generator=gen)
+    x[1] = 0.5
+    x[2, columns // 3:] = x[2].max() + 1
+    x[3, -1] = float("nan")
+    x[4, columns // 2] = x[4, -1] = float("nan")
+    x[5] = float("-inf")
+    x[6, ::2] = 7.0
+    x[7, columns // 2:] = float("inf")
+    assert torch.equal(cpu_kernels.argmax_rows(x), x.max(dim=-1).indices)
+    if columns > 1:  # rows further apart than their length
+        assert torch.equal(cpu_kernels.argmax_rows(x[:, 1:]), x[:, 1:].max(dim=-1).indices)
+
+
+def test_argmax_rows_refuses_what_it_cannot_read():
+    with pytest.raises(TypeError, match="float32"):
+        cpu_kernels.argmax_rows(torch.zeros(2, 3, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="contiguous rows"):
+        cpu_kernels.argmax_rows(torch.zeros(3, 2).t())
+    with pytest.raises(ValueError, match="columns > 0"):
+        cpu_kernels.argmax_rows(torch.zeros(2, 0))
+
+
 def test_rotary_in_place_is_the_same_bits_as_torchs():
     from engine.models.llama import rotate, signed_sin
 

@@ -63,6 +63,9 @@ typedef struct {
 int bs_abi_version(void);
 const InterfaceFact *bs_interface(int *count);
 
+/* argmax.c: out[r] = the index of row r's first largest value (a NaN counts as the largest) */
+void bs_argmax_rows(const float *x, int64_t rows, int64_t cols, int64_t stride, int64_t *out, int num_threads);
+
 /* elementwise.c */
 void bs_add_rms_norm(float *x, const float *delta, const float *weight, float *out, int64_t rows, int64_t hidden,
                      float eps, int num_threads);
