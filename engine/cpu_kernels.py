@@ -12,7 +12,8 @@ in 32-column panels, and ``gemm_bf16.c`` its bf16 twin on the CPU's bf16 dot pro
 (AVX512-BF16), both faster than oneDNN's at every row count measured (models/prepacked.py). Where
 the CPU has AMX tiles, bf16 layers run on them instead (``gemm_amx.c``). The attention of bf16
 prefill chunks multiplies in bf16 (``attention_pairs.c``, called by ``paged_attention.c``): on AMX
-tiles, else on AVX512-BF16 dot products.
+tiles, else on AVX512-BF16 dot products. ``argmax.c`` is greedy sampling's argmax (torch's choice
+on ties and NaN, in a third of its time).
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
@@ -24,7 +25,8 @@ The sources build with GCC 11 and later, and clang (vec.h's SHUFFLE).
 The interface is checked, not trusted: ``csrc/batchscope.h`` declares every export and every struct
 that crosses it; at load the library's ABI version and its table of struct sizes, field offsets and
 constants (``csrc/interface.c``) must equal what the ctypes mirrors below give, or the library is
-refused (an ``InterfaceError``: a silent mismatch would read the wrong fields); the wrappers check
+refused (an ``InterfaceError``: a silent mismatch would read the wrong fields; so is a library that
+lacks an export, e.g. an older build a benchmark compares against); the wrappers check
 dtype, device, layout and sizes before passing a tensor's address to C.
 """
 from __future__ import annotations
