@@ -275,6 +275,11 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     return out
 
 
+def takes_argmax(x: torch.Tensor) -> bool:
+    """Whether ``argmax_rows`` runs these rows: built here, fp32 on the CPU, each row contiguous."""
+    return load() is not None and x.is_cpu and x.dtype == torch.float32 and x.stride(-1) == 1
+
+
 def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     """Each row's index of its first largest value (int64 ``[rows]``), as ``x.max(dim=-1).indices``."""
     _fp32_on_cpu("x", x)

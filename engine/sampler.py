@@ -54,7 +54,7 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     """Each row's argmax, the first maximum where several tie: the CPU kernel where it is built
     (3x torch's over 16 rows of a 49,152- or 151,936-token vocabulary), else ``max``'s indices
     (on CPU twice as fast as ``argmax``; the same choice)."""
-    if logits.is_cpu and logits.dtype == torch.float32 and logits.stride(-1) == 1 and cpu_kernels.load() is not None:
+    if cpu_kernels.takes_argmax(logits):
         return cpu_kernels.argmax_rows(logits)
     return logits.max(dim=-1).indices
 
