@@ -1,7 +1,10 @@
 """Host tensors on huge pages (engine/host_memory.py): zero-filled, writable, kept alive by the
-tensor, on 2 MiB pages where Linux grants them; small tensors and refusals fall back to torch;
-an engine's packed weights and KV cache live there."""
+tensor, on 2 MiB pages where Linux grants them, resident from the start (no page faulted in later,
+inside a step); small tensors and refusals fall back to torch; an engine's packed weights and KV
+cache live there."""
+import ctypes
 import gc
+import mmap
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,26 @@ def thp_mode() -> str | None:
 
 needs_thp = pytest.mark.skipif(thp_mode() not in ("always", "madvise"),
                                reason=f"transparent huge pages are {thp_mode()!r} here")
+
+
+def resident_fraction(t: torch.Tensor) -> float:
+    """The share of the tensor's pages in memory, from mincore(2)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = mmap.PAGESIZE
+    start = t.data_ptr() // page * page
+    end = t.data_ptr() + t.numel() * t.element_size()
+    pages = -(-(end - start) // page)
+    vec = (ctypes.c_ubyte * pages)()
+    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(end - start), vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec) / pages
+
+
+def test_a_large_tensor_is_resident_before_anything_is_written_to_it():
+    """The memory is committed when the tensor is made: a KV block's first write inside a step
+    would otherwise fault its pages in there (2 MiB cleared per page, on a VM also the host's
+    faults), step after step until the whole pool has been used once."""
+    t = host_memory.zeros((16, 1 << 20), torch.float32)  # 64 MiB
+    assert resident_fraction(t) == 1.0
 
 
 def test_a_large_tensor_is_zero_filled_writable_and_outlives_its_maker():
@@ -75,5 +98,6 @@ def test_an_engines_kv_cache_is_mapped_from_huge_page_boundaries(tiny_model_dir)
     runner = llm.engine.runner
     for cache in (runner.k_cache, runner.v_cache):
         assert cache.numel() * cache.element_size() >= host_memory.MIN_BYTES
-        assert cache.data_ptr() % host_memory.HUGE_PAGE == 0 and not cache.any()
+        assert cache.data_ptr() % host_memory.HUGE_PAGE == 0 and resident_fraction(cache) == 1.0
+        assert not cache.any()
     assert llm.generate(["hello"], SamplingParams(max_tokens=3, temperature=0))[0].token_ids
