@@ -62,7 +62,7 @@ def test_frames_carry_valid_records_of_the_fired_requests(dashboard_server):
     assert mine[0]["type"] == "snapshot" and mine[0]["status"]["state"] == "ready"
     frames = [m for m in mine if m["type"] == "frame"]
     records = [r for f in frames for r in f["records"]]
-    assert len(frames) >= 2 and records
+    assert frames and records  # (a tiny model may finish the whole shot within one 40 ms frame)
     for record in records:
         validate_record(record)
     scheduled = {s["request_id"] for r in records for s in r["segments"]}
