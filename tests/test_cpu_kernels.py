@@ -282,14 +282,15 @@ def test_rotary_in_place_is_the_same_bits_as_torchs():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_decoder_layers_give_the_same_bits_as_the_modules(dtype):
     """The default model (head_dim 64: every layer fused) with chunked prefills beside decodes: each
-    generated token's log-probabilities, one C call a layer vs the modules one by one."""
+    generated token's log-probabilities, one C call a layer vs the modules one by one. Steps of 128
+    rows take the element-wise kernels' threaded paths (the residual add's included)."""
     from engine import LLM, SamplingParams
 
     # (no prefix caching: the second run must compute what the first did, not reuse its blocks)
-    llm = LLM("default", dtype=dtype, max_num_batched_tokens=48, num_kv_blocks=64, enable_prefix_caching=False)
+    llm = LLM("default", dtype=dtype, max_num_batched_tokens=128, num_kv_blocks=64, enable_prefix_caching=False)
     model = llm.engine.loaded.model
     assert model.fused_layers is not None
-    prompts = [list(range(100, 100 + n)) for n in (5, 70, 33, 1)]
+    prompts = [list(range(100, 100 + n)) for n in (5, 70, 33, 1, 200)]
     params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logprobs=3)
     fused = llm.generate(prompts, params)
     model.fused_layers = None
