@@ -244,6 +244,23 @@ def test_a_benchmark_killed_by_sigterm_runs_its_finally_and_stops_its_servers(tm
     assert stopped.read_text() == "yes"
 
 
+def test_a_rate_kept_above_one_missed_is_not_the_rate_a_server_sustains():
+    """The highest rate within the SLO is the top of an unbroken run from the lowest rate: a run of
+    5.5 req/s that missed it and one of 6.0 that (by chance of its prompts) kept it reads 5.0."""
+    from benchmarks.serving import METRICS, Setting, markdown, summarize
+
+    def run(tpot99):
+        return {**dict.fromkeys(METRICS, 1.0), "p99_ttft_ms": 800, "p99_tpot_ms": tpot99}
+
+    tpot = {"4.0": 90, "5.0": 100, "5.5": 190, "6.0": 130}
+    results = {name: {rate: [run(ms)] * 2 for rate, ms in tpot.items()} for name in ("batchscope", "vllm")}
+    summary = summarize(results)
+    assert summary["headline"]["batchscope"]["highest_rate_within_slo"] == 5.0
+    assert summary["headline"]["batchscope"]["kept_above_a_miss"] == [6.0]
+    assert ("batchscope: highest rate within the SLO 5.0 req/s (6.0 req/s kept it too, above a rate that missed it)"
+            in markdown(Setting(), summary))
+
+
 def test_each_serving_run_has_prompts_of_its_own_and_both_servers_the_same(monkeypatch, tmp_path):
     """One seed for every run let each run find the last one's prompts in vLLM's prefix cache."""
     from benchmarks import serving
