@@ -165,10 +165,9 @@ def sustained_rates(by_rate: dict) -> tuple[list[float], list[float]]:
     """The rates kept within the SLO from the lowest up to the first miss (what the server
     sustains), and those kept above a miss (a run's prompts can fall kindly at a higher rate)."""
     rates = sorted(by_rate, key=float)
-    misses = [float(rate) for rate in rates if not meets_slo(by_rate[rate])]
-    first_miss = misses[0] if misses else float("inf")
-    kept = [float(rate) for rate in rates if meets_slo(by_rate[rate])]
-    return [r for r in kept if r < first_miss], [r for r in kept if r > first_miss]
+    kept = [meets_slo(by_rate[rate]) for rate in rates]
+    cut = kept.index(False) if False in kept else len(kept)
+    return [float(r) for r in rates[:cut]], [float(r) for r, ok in zip(rates[cut:], kept[cut:]) if ok]
 
 
 def summarize(results: dict) -> dict:

@@ -13,6 +13,7 @@
 #define BS_ABI_VERSION 2
 #define BS_MAX_HEADS 128  /* query heads paged attention holds per row (cpu_kernels.MAX_HEADS) */
 #define BS_MAX_DIM 256    /* head dim */
+#define BS_THREADED_ELEMENTS 65536  /* element-wise passes over more floats than this use every thread */
 
 /* The linear kernel a fused decoder layer runs (cpu_kernels.LINEAR_KERNELS). */
 enum { LINEAR_FP32 = 0, LINEAR_WIDEN = 1, LINEAR_PAIRS = 2, LINEAR_AMX = 3 };

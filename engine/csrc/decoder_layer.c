@@ -25,11 +25,11 @@ static int linear(const LayerDesc *l, const LinearDesc *w, const float *x, float
     }
 }
 
-/* x += delta, on every thread above the element-wise kernels' size (serial, it left the other thread
+/* x += delta, threaded as the element-wise kernels are (serial, it left the other thread
  * idle: W1's prefill-heavy steps 0.988x the time at 135M bf16, 0.994x fp32, 0.995x at the 0.5B shape,
  * benchmarks.lockstep). */
 static void add(float *x, const float *delta, int64_t count, int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (count > 65536)
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (count > BS_THREADED_ELEMENTS)
     for (int64_t i = 0; i < count; i++) x[i] += delta[i];
 }
 

@@ -13,7 +13,7 @@
  * The sum of squares runs in 16 lanes, then the lanes are added in a fixed tree. */
 void bs_add_rms_norm(float *x, const float *delta, const float *weight, float *out, int64_t rows, int64_t hidden,
                      float eps, int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * hidden > 65536)
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * hidden > BS_THREADED_ELEMENTS)
     for (int64_t r = 0; r < rows; r++) {
         float *xr = x + r * hidden, *orow = out + r * hidden;
         vf squares = {0};
@@ -32,7 +32,7 @@ void bs_add_rms_norm(float *x, const float *delta, const float *weight, float *o
 
 /* out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:], silu(g) = g / (1 + exp(-g)). */
 void bs_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter, int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * inter > 65536)
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * inter > BS_THREADED_ELEMENTS)
     for (int64_t r = 0; r < rows; r++) {
         const float *gate = gate_up + r * 2 * inter, *up = gate + inter;
         float *orow = out + r * inter;
@@ -51,7 +51,7 @@ __attribute__((optimize("fp-contract=off")))
 void bs_rotary(float *qk, int64_t row_stride, int64_t rows, int heads, int dim, const float *cos, const float *sin,
                int num_threads) {
     const int half = dim / 2;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * heads * dim > 65536)
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (rows * heads * dim > BS_THREADED_ELEMENTS)
     for (int64_t r = 0; r < rows; r++) {
         const float *c = cos + r * dim, *s = sin + r * dim;
         for (int h = 0; h < heads; h++) {
