@@ -68,11 +68,15 @@ def choose_preset(driver, title_part: str) -> None:
     from selenium.webdriver.common.by import By
 
     box = driver.find_element(By.CSS_SELECTOR, "#bs-controls input[role=combobox]")
-    box.click()
     options = "[role=listbox] li[role=option]"
-    option = wait_for(driver, lambda: next((o for o in driver.find_elements(By.CSS_SELECTOR, options)
-                                            if title_part in o.get_attribute("aria-label")), None),
-                      f"the preset {title_part!r}")
+
+    def listed():  # a click on a page still settling can leave the list closed: click again
+        shown = driver.find_elements(By.CSS_SELECTOR, options)
+        if not shown:
+            box.click()
+        return next((o for o in shown if title_part in o.get_attribute("aria-label")), None)
+
+    option = wait_for(driver, listed, f"the preset {title_part!r}")
     option.click()
     wait_for(driver, lambda: title_part in box.get_attribute("value"), "the preset chosen")
 
