@@ -130,6 +130,18 @@ def test_bf16_chunks_multiply_queries_and_weights_in_bf16(shape):
     assert (in_fp32[chunks] - expected[chunks]).abs().mean() > 1e-4
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_chunks_rows_give_no_weight_at_all_to_its_later_keys(dtype):
+    """Causal means exactly nothing from later keys, not a tiny weight: a 64-row chunk whose rows
+    from 24 on carry values of 1e30 leaves the first 24 rows' outputs ordinary (a weight of
+    e^-50 on a masked key would add ~2e8; rows 16-23 see keys 24-31 in the vector of their own)."""
+    layout, tables, q, k, v, k_cache, v_cache = random_step([(64, 0)], dtype)
+    v[24:] = 1e30
+    out = attend(layout, q, k, v, k_cache, v_cache)
+    assert out[:24].abs().max() < 10
+    assert out[24:].abs().min() > 1e20  # (each of those rows weighs at least its own key)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_a_bf16_cache_attends_row_by_row_as_its_fp32_widening(shape):
     """Row by row (decodes; every row when batch invariant), a bf16 cache's keys and values are
