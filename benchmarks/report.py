@@ -172,15 +172,26 @@ def engine_targets(results: dict) -> list[TargetResult]:
     for ours, theirs, goal in ENGINE_PAIRS:
         ratios = paired_ratios(results, "W1", ours, theirs)
         if ratios:
-            out.append(TargetResult(f"W1 output tok/s: {ours} / {theirs}", round(statistics.median(ratios), 3), goal,
-                                    True, f"paired by repeat: {ratios}"))
+            median = statistics.median(ratios)
+            out.append(TargetResult(f"W1 output tok/s: {ours} / {theirs}", round(median, 3), goal, True,
+                                    f"paired by repeat: {ratios}{_decode_ceiling(results, ours, median)}"))
     for peer in ("bs_mixed", "bs_mixed_bf16"):
-        decode = results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("decode", {})
+        decode = _w1_decode(results, peer)
         if decode.get("num_steps"):
             out.append(TargetResult(f"W1 {peer} decode-only steps: bandwidth floor / forward (median)",
                                     decode["forward_fraction_median"], 0.6, True,
                                     f"{decode['num_steps']} steps, median batch {decode['batch_median']}"))
     return out
+
+
+def _w1_decode(results: dict, peer: str) -> dict:
+    return results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("decode", {})
+
+
+def _decode_ceiling(results: dict, peer: str, ratio: float) -> str:
+    """The ratio if the peer's decode-only steps ran at their ceiling (metrics.decode_efficiency)."""
+    at_ceiling = _w1_decode(results, peer).get("run_at_ceiling")
+    return f"; at most {ratio / at_ceiling:.2f} with its decode-only steps at their ceiling" if at_ceiling else ""
 
 
 def markdown_tables(results: dict) -> str:
@@ -204,7 +215,9 @@ def markdown_tables(results: dict) -> str:
                 f = p["decode"]
                 lines.append(f"- {peer} decode-only steps: {f['num_steps']} (median batch {f['batch_median']}), "
                              f"forward {f['forward_ms_median']} ms vs bandwidth floor {f['floor_ms_median']} ms "
-                             f"= {f['forward_fraction_median']:.0%} (whole step {f['step_fraction_median']:.0%})")
+                             f"= {f['forward_fraction_median']:.0%} (whole step {f['step_fraction_median']:.0%}); "
+                             f"{f['share_of_run']:.0%} of the run, which would take {f['run_at_ceiling']:.0%} of its "
+                             f"time with every decode-only step at max(floor, arithmetic at the GEMM peak)")
         if w.get("agreement"):
             lines.append(f"- greedy tokens equal to {reference_peer(w['peers'])}'s (fraction of requests): {w['agreement']}")
         lines.append("")
