@@ -73,19 +73,19 @@ def prefill_efficiency(steps: list[StepStat], peak_flops: float, min_prefill_row
     }
 
 
-def decode_efficiency(steps: list[StepStat], weight_bytes: float, bandwidth: float, peak_flops: float) -> dict:
+def _decode_only(s: StepStat) -> bool:
+    return s.num_rows == s.num_decode_rows and s.num_rows > 0
+
+
+def decode_efficiency(steps: list[StepStat], weight_bytes: float, bandwidth: float) -> dict:
     """Decode-only steps against the memory-bandwidth floor: every weight and every key/value
-    read once at the measured bandwidth. Fraction = floor time / step time. And what reaching it
-    is worth: the run's time (all steps, wall) if every decode-only step took the longer of its
-    floor and its arithmetic at the GEMM peak, the other steps as measured (``run_at_ceiling``)."""
-    decode = [s for s in steps if s.num_rows == s.num_decode_rows and s.num_rows > 0]
+    read once at the measured bandwidth. Fraction = floor time / step time."""
+    decode = [s for s in steps if _decode_only(s)]
     if not decode:
         return {"num_steps": 0}
     floor_ms = [(weight_bytes + s.kv_bytes) / bandwidth * 1e3 for s in decode]
     forward = [f / s.forward_ms for f, s in zip(floor_ms, decode)]
     total = [f / s.total_ms for f, s in zip(floor_ms, decode)]
-    run_ms, decode_ms = sum(s.wall_ms for s in steps), sum(s.wall_ms for s in decode)
-    ceiling_ms = sum(max(f, s.flops / peak_flops * 1e3) for f, s in zip(floor_ms, decode))
     return {
         "num_steps": len(decode),
         "batch_median": statistics.median(s.num_rows for s in decode),
@@ -93,8 +93,24 @@ def decode_efficiency(steps: list[StepStat], weight_bytes: float, bandwidth: flo
         "forward_ms_median": round(statistics.median(s.forward_ms for s in decode), 3),
         "forward_fraction_median": round(statistics.median(forward), 3),
         "step_fraction_median": round(statistics.median(total), 3),
-        "share_of_run": round(decode_ms / run_ms, 3),
-        "run_at_ceiling": round((run_ms - decode_ms + ceiling_ms) / run_ms, 3),
+    }
+
+
+def run_ceilings(steps: list[StepStat], weight_bytes: float, bandwidth: float, peak_flops: float) -> dict:
+    """What the targets on steps are worth: the run's time (its steps' wall time) as a fraction of
+    itself if each decode-only step took only its roofline, the longer of its useful FLOPs at the
+    GEMM peak and its bytes (weights, keys and values) at the measured bandwidth, the other steps as
+    measured (``decode_at_roofline``); and if every step did (``all_at_roofline``)."""
+    if not steps:
+        return {}
+    roof = [max(s.flops / peak_flops, (weight_bytes + s.kv_bytes) / bandwidth) * 1e3 for s in steps]
+    run_ms = sum(s.wall_ms for s in steps)
+    decode_ms = sum(s.wall_ms for s in steps if _decode_only(s))
+    decode_roof_ms = sum(r for r, s in zip(roof, steps) if _decode_only(s))
+    return {
+        "decode_share": round(decode_ms / run_ms, 3),
+        "decode_at_roofline": round((run_ms - decode_ms + decode_roof_ms) / run_ms, 3),
+        "all_at_roofline": round(sum(roof) / run_ms, 3),
     }
 
 

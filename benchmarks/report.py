@@ -174,7 +174,7 @@ def engine_targets(results: dict) -> list[TargetResult]:
         if ratios:
             median = statistics.median(ratios)
             out.append(TargetResult(f"W1 output tok/s: {ours} / {theirs}", round(median, 3), goal, True,
-                                    f"paired by repeat: {ratios}{_decode_ceiling(results, ours, median)}"))
+                                    f"paired by repeat: {ratios}{_ceilings(results, ours, median)}"))
     for peer in ("bs_mixed", "bs_mixed_bf16"):
         decode = _w1_decode(results, peer)
         if decode.get("num_steps"):
@@ -188,10 +188,13 @@ def _w1_decode(results: dict, peer: str) -> dict:
     return results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("decode", {})
 
 
-def _decode_ceiling(results: dict, peer: str, ratio: float) -> str:
-    """The ratio if the peer's decode-only steps ran at their ceiling (metrics.decode_efficiency)."""
-    at_ceiling = _w1_decode(results, peer).get("run_at_ceiling")
-    return f"; at most {ratio / at_ceiling:.2f} with its decode-only steps at their ceiling" if at_ceiling else ""
+def _ceilings(results: dict, peer: str, ratio: float) -> str:
+    """The ratio if the peer's steps ran at their roofline (metrics.run_ceilings)."""
+    c = results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("ceilings")
+    if not c:
+        return ""
+    return (f"; at most {ratio / c['decode_at_roofline']:.2f} with its decode-only steps at their roofline, "
+            f"{ratio / c['all_at_roofline']:.2f} with every step at its roofline")
 
 
 def markdown_tables(results: dict) -> str:
@@ -215,9 +218,13 @@ def markdown_tables(results: dict) -> str:
                 f = p["decode"]
                 lines.append(f"- {peer} decode-only steps: {f['num_steps']} (median batch {f['batch_median']}), "
                              f"forward {f['forward_ms_median']} ms vs bandwidth floor {f['floor_ms_median']} ms "
-                             f"= {f['forward_fraction_median']:.0%} (whole step {f['step_fraction_median']:.0%}); "
-                             f"{f['share_of_run']:.0%} of the run, which would take {f['run_at_ceiling']:.0%} of its "
-                             f"time with every decode-only step at max(floor, arithmetic at the GEMM peak)")
+                             f"= {f['forward_fraction_median']:.0%} (whole step {f['step_fraction_median']:.0%})")
+            if p.get("ceilings"):
+                c = p["ceilings"]
+                lines.append(f"- {peer} at its roofline (each step the longer of its FLOPs at the GEMM peak and its "
+                             f"bytes at the bandwidth): decode-only steps {c['decode_share']:.0%} of the run, which "
+                             f"would take {c['decode_at_roofline']:.0%} of its time with them at their roofline, "
+                             f"{c['all_at_roofline']:.0%} with every step at its roofline")
         if w.get("agreement"):
             lines.append(f"- greedy tokens equal to {reference_peer(w['peers'])}'s (fraction of requests): {w['agreement']}")
         lines.append("")

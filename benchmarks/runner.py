@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .external import interpreter, missing_reason, resolved_model
-from .metrics import decode_efficiency, prefill_efficiency
+from .metrics import decode_efficiency, prefill_efficiency, run_ceilings
 from .peers import PeerContext
 from .report import agreement, machine_info
 from .roofline import ModelShapes, gemm_peak, memory_bandwidth, weight_bytes
@@ -200,6 +200,7 @@ def _efficiency(steps: list[dict], gemm: dict, roof: dict, setting: Setting, ite
     shapes = ModelShapes(**roof["shapes"])
     return {
         "prefill": prefill_efficiency(stats, gemm["peak_flops_per_s"], setting.token_budget // 2, threads),
-        "decode": decode_efficiency(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"],
-                                    gemm["peak_flops_per_s"]),
+        "decode": decode_efficiency(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"]),
+        "ceilings": run_ceilings(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"],
+                                 gemm["peak_flops_per_s"]),
     }
