@@ -31,7 +31,10 @@
  * decode-only steps 0.939x the time at the 0.5B shape, 0.954x at 1.5B, 0.953x at 135M; prefill-heavy
  * steps 0.997-1.009x. Only with two passes (13-24 rows): at 25-48 rows the kernel alone read
  * 0.995-1.039x the time (3-4 passes, a panel's first pass a smaller part of it), and at prefill sizes
- * the rows' bf16 copy fills L2 and the next panel evicts it (prefill-heavy steps 1.013x). */
+ * the rows' bf16 copy fills L2 and the next panel evicts it (prefill-heavy steps 1.013x). One pass
+ * of 8-12 rows prefetches the next panel too (its own stream is then two panels deep): W1's decode-only
+ * steps 0.989x and 0.992x the time at 135M, 0.982x at the 0.5B shape (3 rounds each); from 2 rows
+ * 1.004x, from 10 rows 0.996x: below 8 rows the stream alone bounds a pass. */
 #define NEXT_PANEL_PASSES 2
 
 int bs_linear_bf16_pairs_available(void) { return 1; }
@@ -112,7 +115,7 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
     const int64_t pairs = (k + 1) / 2, panels = n / PANEL, passes = (m + 11) / 12;
-    const int prefetching = passes > 1 && passes <= NEXT_PANEL_PASSES;  /* the next panel, in the last pass */
+    const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
 #pragma omp parallel num_threads(num_threads)
