@@ -145,7 +145,7 @@ def cpu_targets(results: dict) -> list[TargetResult]:
     hf = [v for p in ("hf_generate", "hf_generate_batch") if (v := _fig(results, "W1", p, "output_tok_s"))]
     hf_cpu = [v for p in ("hf_generate", "hf_generate_batch") if (v := _fig(results, "W1", p, "output_tok_cpu_s"))]
     ours, ours_cpu = _fig(results, "W1", "bs_mixed", "output_tok_s"), _fig(results, "W1", "bs_mixed", "output_tok_cpu_s")
-    prefill = results["workloads"].get("W1", {}).get("peers", {}).get("bs_mixed", {}).get("prefill", {})
+    prefill = _w1_peer(results, "bs_mixed").get("prefill", {})
     telemetry = results.get("telemetry") or {}
     return [
         TargetResult("W1 output tok/s: bs_mixed / faster transformers peer", _ratio(ours, max(hf, default=None)), 2.0,
@@ -176,7 +176,7 @@ def engine_targets(results: dict) -> list[TargetResult]:
             out.append(TargetResult(f"W1 output tok/s: {ours} / {theirs}", round(median, 3), goal, True,
                                     f"paired by repeat: {ratios}{_ceilings(results, ours, median)}"))
     for peer in ("bs_mixed", "bs_mixed_bf16"):
-        decode = _w1_decode(results, peer)
+        decode = _w1_peer(results, peer).get("decode", {})
         if decode.get("num_steps"):
             out.append(TargetResult(f"W1 {peer} decode-only steps: bandwidth floor / forward (median)",
                                     decode["forward_fraction_median"], 0.6, True,
@@ -184,13 +184,14 @@ def engine_targets(results: dict) -> list[TargetResult]:
     return out
 
 
-def _w1_decode(results: dict, peer: str) -> dict:
-    return results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("decode", {})
+def _w1_peer(results: dict, peer: str) -> dict:
+    """The peer's W1 results, or {} where it did not run."""
+    return results["workloads"].get("W1", {}).get("peers", {}).get(peer, {})
 
 
 def _ceilings(results: dict, peer: str, ratio: float) -> str:
     """The ratio if the peer's steps ran at their roofline (metrics.run_ceilings)."""
-    c = results["workloads"].get("W1", {}).get("peers", {}).get(peer, {}).get("ceilings")
+    c = _w1_peer(results, peer).get("ceilings")
     if not c:
         return ""
     return (f"; at most {ratio / c['decode_at_roofline']:.2f} with its decode-only steps at their roofline, "
