@@ -77,13 +77,18 @@ def _decode_only(s: StepStat) -> bool:
     return s.num_rows == s.num_decode_rows and s.num_rows > 0
 
 
+def _floor_ms(s: StepStat, weight_bytes: float, bandwidth: float) -> float:
+    """The step's bytes (every weight, its keys and values) read once at the bandwidth."""
+    return (weight_bytes + s.kv_bytes) / bandwidth * 1e3
+
+
 def decode_efficiency(steps: list[StepStat], weight_bytes: float, bandwidth: float) -> dict:
     """Decode-only steps against the memory-bandwidth floor: every weight and every key/value
     read once at the measured bandwidth. Fraction = floor time / step time."""
     decode = [s for s in steps if _decode_only(s)]
     if not decode:
         return {"num_steps": 0}
-    floor_ms = [(weight_bytes + s.kv_bytes) / bandwidth * 1e3 for s in decode]
+    floor_ms = [_floor_ms(s, weight_bytes, bandwidth) for s in decode]
     forward = [f / s.forward_ms for f, s in zip(floor_ms, decode)]
     total = [f / s.total_ms for f, s in zip(floor_ms, decode)]
     return {
@@ -103,7 +108,7 @@ def run_ceilings(steps: list[StepStat], weight_bytes: float, bandwidth: float, p
     measured (``decode_at_roofline``); and if every step did (``all_at_roofline``)."""
     if not steps:
         return {}
-    roof = [max(s.flops / peak_flops, (weight_bytes + s.kv_bytes) / bandwidth) * 1e3 for s in steps]
+    roof = [max(s.flops / peak_flops * 1e3, _floor_ms(s, weight_bytes, bandwidth)) for s in steps]
     run_ms = sum(s.wall_ms for s in steps)
     decode_ms = sum(s.wall_ms for s in steps if _decode_only(s))
     decode_roof_ms = sum(r for r, s in zip(roof, steps) if _decode_only(s))

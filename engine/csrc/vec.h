@@ -117,6 +117,17 @@ static inline vf vselect(vi mask, vf a, vf b) {
     return (vf)(((vi)a & mask) | ((vi)b & ~mask));
 }
 
+/* Cephes expf's split of ln 2 (x = n ln2 + r) and its polynomial for exp(r) - 1 - r, highest term
+ * first (vexp, and attention_pairs.c's exp_of_weight). */
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+
 /* exp(x), Cephes expf: x = n ln2 + r, |r| <= ln2 / 2; 0 below -87.3 (where the padding past the
  * last key lies), x clamped to 88.3 above. */
 static inline vf vexp(vf x) {
@@ -126,12 +137,12 @@ static inline vf vexp(vf x) {
     x = vselect(x > 88.3f, zero + 88.3f, x);
     vf half = vselect(x < 0.0f, zero - 0.5f, zero + 0.5f);
     vf n = __builtin_convertvector(__builtin_convertvector(x * 1.44269504088896341f + half, vi), vf);
-    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    vf r = x - n * EXP_LN2_HI - n * EXP_LN2_LO;
+    vf p = EXP_P0 * r + EXP_P1;
+    p = p * r + EXP_P2;
+    p = p * r + EXP_P3;
+    p = p * r + EXP_P4;
+    p = p * r + EXP_P5;
     p = p * r * r + r + 1.0f;
     vi e = (__builtin_convertvector(n, vi) + 127) << 23;
     vf scale;
