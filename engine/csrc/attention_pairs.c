@@ -78,22 +78,51 @@ static void lay_out_values(const Args *c, const Lane *l, int64_t j) {
     }
 }
 
-/* The lane's keys and values in pair layout (see Lane); the last block's padding zeros. Keys: each
- * key's pair of dims (one 32-bit word) to its pair row, 16 keys a row. */
+/* A 16 x 16 matrix of 32-bit words, one row a vector, transposed in place: four rounds that swap
+ * the off-diagonal d x d blocks (d = 8, 4, 2, 1), each row pair (i, i + d) one two-source permute
+ * per row. */
+static inline __m512i swap_index(int d, int upper) {
+    int32_t at[16];
+    for (int k = 0; k < 16; k++) at[k] = upper ? (k & d ? 16 + k : k + d) : (k & d ? 16 + k - d : k);
+    return _mm512_loadu_si512(at);
+}
+
+static inline void transpose_words(__m512i r[16], const __m512i lower[4], const __m512i upper[4]) {
+    for (int level = 0, d = 8; d > 0; level++, d /= 2)
+        for (int i = 0; i < 16; i++)
+            if (!(i & d)) {
+                const __m512i a = r[i], b = r[i + d];
+                r[i] = _mm512_permutex2var_epi32(a, lower[level], b);
+                r[i + d] = _mm512_permutex2var_epi32(a, upper[level], b);
+            }
+}
+
+/* Keys j0 .. j0 + 15 (j0 a multiple of 16; those past the lane's keys as zeros) into kt: per depth
+ * block, their 16 pair words each, transposed so that each pair's row holds the 16 keys' words
+ * (a key's word scattered one at a time took a sixth of a W1-like step's attention). */
+static void lay_out_keys(const Args *c, const Lane *l, int64_t j0, const __m512i lower[4], const __m512i upper[4]) {
+    const int64_t b = j0 / KEYS, half = j0 % KEYS / 16, depth_blocks = c->dim / DEPTH;
+    for (int64_t db = 0; db < depth_blocks; db++) {
+        __m512i r[16];
+        for (int key = 0; key < 16; key++)
+            r[key] = j0 + key < l->keys ? _mm512_loadu_si512(cache_row(c, c->k_cache, l->table, j0 + key, l->kv_head)
+                                                             + db * DEPTH)
+                                        : _mm512_setzero_si512();
+        transpose_words(r, lower, upper);
+        uint16_t *rows = l->kt + ((b * depth_blocks + db) * 2 + half) * 16 * 32;
+        for (int p = 0; p < 16; p++) _mm512_storeu_si512(rows + p * 32, r[p]);
+    }
+}
+
+/* The lane's keys and values in pair layout (see Lane); the last block's padding zeros. */
 static void lay_out(const Args *c, const Lane *l) {
-    const int64_t blocks = (l->keys + KEYS - 1) / KEYS, dim = c->dim, depth_blocks = dim / DEPTH;
+    const int64_t blocks = (l->keys + KEYS - 1) / KEYS, dim = c->dim;
     memset(l->kt + (blocks - 1) * KEYS * dim, 0, sizeof(uint16_t) * KEYS * dim);
     memset(l->vt + (blocks - 1) * KEYS * dim, 0, sizeof(uint16_t) * KEYS * dim);
-    uint32_t *kt = (uint32_t *)l->kt;
-    for (int64_t j = 0; j < l->keys; j++) {
-        uint32_t k[BS_MAX_DIM / 2];
-        memcpy(k, cache_row(c, c->k_cache, l->table, j, l->kv_head), sizeof(uint16_t) * dim);
-        const int64_t b = j / KEYS, half = j % KEYS / 16, key = j % 16;
-        /* kt: block b, depth block p / 16, key tile `half`, pair p % 16, key `key` (a word) */
-        for (int64_t p = 0; p < dim / 2; p++)
-            kt[(((b * depth_blocks + p / 16) * 2 + half) * 16 + p % 16) * 16 + key] = k[p];
-        if (j % 2 == 0) lay_out_values(c, l, j);
-    }
+    __m512i lower[4], upper[4];
+    for (int level = 0, d = 8; d > 0; level++, d /= 2) lower[level] = swap_index(d, 0), upper[level] = swap_index(d, 1);
+    for (int64_t j0 = 0; j0 < l->keys; j0 += 16) lay_out_keys(c, l, j0, lower, upper);
+    for (int64_t j = 0; j < l->keys; j += 2) lay_out_values(c, l, j);
 }
 
 /* Scratch of one thread: a block's queries (bf16), scores (fp32), weights (bf16), a tile's output. */
