@@ -18,7 +18,8 @@ under the SLO (``--goodput ttft:2000 tpot:150``).
 
 The headline, per engine: the highest rate whose median run kept TTFT p99 <= 2 s and TPOT p99 <=
 150 ms, it and every rate below it (a rate kept above one missed is reported beside it, not as the
-limit), and the best goodput; then Batchscope / vLLM ratios of goodput per rate, with their
+limit), and the best goodput; then Batchscope / vLLM ratios of that highest rate (by the medians,
+by the rate kept in every repeat, and each repeat's own) and of goodput per rate, with their
 spread over the repeats. Results: benchmarks/results/serving/serving.{json,md}.
 """
 from __future__ import annotations
@@ -170,15 +171,45 @@ def sustained_rates(by_rate: dict) -> tuple[list[float], list[float]]:
     return [float(r) for r in rates[:cut]], [float(r) for r, ok in zip(rates[cut:], kept[cut:]) if ok]
 
 
+def repeat_limits(by_rate: dict[str, list[dict]]) -> list[tuple[float | None, bool]]:
+    """Per repeat, from that repeat's own runs: the highest rate kept within the SLO (from the lowest
+    up) and whether that was every rate tried."""
+    limits = []
+    for repeat in range(len(next(iter(by_rate.values())))):
+        sustained, _ = sustained_rates({rate: runs[repeat] for rate, runs in by_rate.items()})
+        limits.append((max(sustained, default=None), len(sustained) == len(by_rate)))
+    return limits
+
+
+def rate_ratio(ours: tuple[float | None, bool], theirs: tuple[float | None, bool]) -> dict | None:
+    """Batchscope's highest rate within the SLO over vLLM's; a server that kept every rate tried has
+    its limit higher still, so the ratio is then a bound ("at least", "at most"); None where either
+    kept none of the rates, or both kept them all."""
+    (rate, ours_higher), (their_rate, theirs_higher) = ours, theirs
+    if not rate or not their_rate or (ours_higher and theirs_higher):
+        return None
+    return {"ratio": rate / their_rate, "bound": "at least" if ours_higher else "at most" if theirs_higher else None}
+
+
 def summarize(results: dict) -> dict:
     medians = {name: {rate: median_of(runs) for rate, runs in by_rate.items()} for name, by_rate in results.items()}
-    headline = {}
+    headline, limits = {}, {}
     for name, by_rate in medians.items():
         sustained, above = sustained_rates(by_rate)
+        per_repeat = repeat_limits(results[name])
+        every = None if any(rate is None for rate, _ in per_repeat) else min(rate for rate, _ in per_repeat)
+        limits[name] = {"by_medians": (max(sustained, default=None), len(sustained) == len(by_rate)),
+                        "in_every_repeat": (every, all(kept_all for _, kept_all in per_repeat)), "per_repeat": per_repeat}
         headline[name] = {"highest_rate_within_slo": max(sustained, default=None),
                           "every_rate_within_slo": len(sustained) == len(by_rate),  # its limit lies higher
                           "kept_above_a_miss": above,
+                          "highest_rate_each_repeat": [rate for rate, _ in per_repeat],
+                          "highest_rate_in_every_repeat": every,
                           "best_goodput": max(row["request_goodput"] for row in by_rate.values())}
+    ours, theirs = limits["batchscope"], limits["vllm"]
+    rate_ratios = {"by_medians": rate_ratio(ours["by_medians"], theirs["by_medians"]),
+                   "in_every_repeat": rate_ratio(ours["in_every_repeat"], theirs["in_every_repeat"]),
+                   "per_repeat": [rate_ratio(a, b) for a, b in zip(ours["per_repeat"], theirs["per_repeat"], strict=True)]}
     ratios = {}
     for rate, ours in results["batchscope"].items():
         pairs = [a["request_goodput"] / b["request_goodput"] for a, b in zip(ours, results["vllm"][rate], strict=True)
@@ -186,7 +217,7 @@ def summarize(results: dict) -> dict:
         ratios[rate] = {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)} if pairs else None
     best = headline["vllm"]["best_goodput"]
     headline["best_goodput_ratio"] = headline["batchscope"]["best_goodput"] / best if best else None
-    return {"medians": medians, "headline": headline, "goodput_ratio_per_rate": ratios}
+    return {"medians": medians, "headline": headline, "highest_rate_ratio": rate_ratios, "goodput_ratio_per_rate": ratios}
 
 
 def markdown(setting: Setting, summary: dict) -> str:
@@ -204,12 +235,22 @@ def markdown(setting: Setting, summary: dict) -> str:
     lowest = min(float(rate) for rate in summary["medians"][ENGINES[0]])
     lines += ["", *(f"- {name}: highest rate within the SLO{highest_text(head[name], lowest)}, "
                     f"best goodput {head[name]['best_goodput']:.2f} req/s" for name in ENGINES)]
+    rates = summary["highest_rate_ratio"]
+    lines.append(f"- highest rate within the SLO, Batchscope / vLLM: {ratio_text(rates['by_medians'])} by the medians, "
+                 f"{ratio_text(rates['in_every_repeat'])} in every repeat; per repeat "
+                 + ", ".join(ratio_text(r) for r in rates["per_repeat"]))
     ratio = head["best_goodput_ratio"]
     lines.append(f"- best goodput, Batchscope / vLLM: {ratio:.2f}x" if ratio else "- best goodput ratio: n/a")
     for rate, r in summary["goodput_ratio_per_rate"].items():
         if r:
             lines.append(f"- rate {rate}: goodput ratio {r['median']:.2f}x (repeats {r['min']:.2f}-{r['max']:.2f})")
     return "\n".join(lines)
+
+
+def ratio_text(ratio: dict | None) -> str:
+    if ratio is None:
+        return "n/a"
+    return {"at least": ">= ", "at most": "<= ", None: ""}[ratio["bound"]] + f"{ratio['ratio']:.2f}x"
 
 
 def highest_text(headline: dict, lowest: float) -> str:
