@@ -196,12 +196,12 @@ def summarize(results: dict) -> dict:
     headline, limits = {}, {}
     for name, by_rate in medians.items():
         sustained, above = sustained_rates(by_rate)
+        by_medians = (max(sustained, default=None), len(sustained) == len(by_rate))  # all kept: its limit lies higher
         per_repeat = repeat_limits(results[name])
         every = None if any(rate is None for rate, _ in per_repeat) else min(rate for rate, _ in per_repeat)
-        limits[name] = {"by_medians": (max(sustained, default=None), len(sustained) == len(by_rate)),
-                        "in_every_repeat": (every, all(kept_all for _, kept_all in per_repeat)), "per_repeat": per_repeat}
-        headline[name] = {"highest_rate_within_slo": max(sustained, default=None),
-                          "every_rate_within_slo": len(sustained) == len(by_rate),  # its limit lies higher
+        limits[name] = {"by_medians": by_medians, "per_repeat": per_repeat,
+                        "in_every_repeat": (every, all(kept_all for _, kept_all in per_repeat))}
+        headline[name] = {"highest_rate_within_slo": by_medians[0], "every_rate_within_slo": by_medians[1],
                           "kept_above_a_miss": above,
                           "highest_rate_each_repeat": [rate for rate, _ in per_repeat],
                           "highest_rate_in_every_repeat": every,
