@@ -17,15 +17,22 @@
 #include "vec.h"
 
 #define PANEL 32
-#define ROW_BLOCK 12  /* the most rows one kernel holds in registers: 24 accumulators */
+/* The most rows one kernel holds in registers: 30 accumulators (GCC keeps one in memory at 15 rows).
+ * A decode step's 13-15 rows then read each panel once, not in two passes (12 + 1 .. 12 + 3): over
+ * SmolLM2-135M's 120 linears and LM head from DRAM (2 threads, fp32, alternating, the same bits)
+ * 0.84-0.87x the time at 13-15 rows. More rows than that still go in passes of PASS_ROWS: passes of
+ * 15 (15 + 1 .. 15 + 4) read 1.04-1.10x the time at 16-19 rows in W1's decode steps at Qwen2.5-0.5B's
+ * shape, where one pass of 13-15 rows read 0.88-0.93x. */
+#define ROW_BLOCK 15
+#define PASS_ROWS 12
 /* Depths ahead whose weights are prefetched (4 KB of fp32 panel): the hardware prefetcher alone
  * leaves a decode step's weight stream latency-bound; 1 thread over SmolLM2-135M's weights from
  * DRAM: 1.6x at 13 rows, 1.45x at 24, 1.2x at 64, 1.06x at 256, 1.08x at 1. */
 #define PREFETCH 32
-/* From 13 rows on a panel takes more than one pass, the later ones from L2 and bound by arithmetic:
+/* From 16 rows on a panel takes more than one pass, the later ones from L2 and bound by arithmetic:
  * the last pass prefetches the next panel into L2 (its 32 columns at each depth the pass reads), so
  * that the next panel's first pass does not wait for DRAM (the next panel is most often this
- * thread's own: panels go out in guided runs). Only with two passes (13-24 rows), as in
+ * thread's own: panels go out in guided runs). Only with two passes (16-24 rows), as in
  * gemm_bf16.c, where more passes gained nothing and prefill sizes lost. W1 fp32 step by step
  * (benchmarks.lockstep, 3 rounds): decode-only steps 0.987x the time at 135M, 0.968x at the 0.5B
  * shape; prefill-heavy steps 0.995x and 1.002x. */
@@ -93,12 +100,15 @@ KERNELS(9)
 KERNELS(10)
 KERNELS(11)
 KERNELS(12)
+KERNELS(13)
+KERNELS(14)
+KERNELS(15)
 
 typedef void (*Kernel)(const float *, int64_t, const void *, const float *, float *, int64_t, int64_t, int64_t, int);
 static const Kernel KERNELS_F32[] = {NULL, rows1_f32, rows2_f32, rows3_f32, rows4_f32, rows5_f32, rows6_f32,
-                                     rows7_f32, rows8_f32, rows9_f32, rows10_f32, rows11_f32, rows12_f32};
+                                     rows7_f32, rows8_f32, rows9_f32, rows10_f32, rows11_f32, rows12_f32, rows13_f32, rows14_f32, rows15_f32};
 static const Kernel KERNELS_BF16[] = {NULL, rows1_bf16, rows2_bf16, rows3_bf16, rows4_bf16, rows5_bf16, rows6_bf16,
-                                      rows7_bf16, rows8_bf16, rows9_bf16, rows10_bf16, rows11_bf16, rows12_bf16};
+                                      rows7_bf16, rows8_bf16, rows9_bf16, rows10_bf16, rows11_bf16, rows12_bf16, rows13_bf16, rows14_bf16, rows15_bf16};
 
 /* w [n, k] (fp32, or bf16 as uint16) into packed [n / PANEL][k][PANEL]; n a multiple of PANEL. */
 void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed) {
@@ -110,9 +120,9 @@ void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed)
         }
 }
 
-/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Rows go in
- * blocks of 12, and what is left in one block of its own size (7 rows: one pass over the weights,
- * not 4 + 2 + 1; 1.3x at 7 rows). A block's rows each keep their own chain, so a row's result
+/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Up to ROW_BLOCK
+ * rows go in one block; more in blocks of PASS_ROWS, and what is left in one block of its own size
+ * (31 rows: 12 + 12 + 7, not 12 + 12 + 4 + 2 + 1; 1.3x at 7 rows). A block's rows each keep their own chain, so a row's result
  * does not depend on its block.
  * Panels are handed out guided (halving runs of consecutive panels, down to 2): a thread still
  * streams long runs of the weights, and the faster thread takes the last panels when the two
@@ -123,11 +133,12 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
                int64_t m, int64_t n, int64_t k, int num_threads) {
     const Kernel *kernels = bf16 ? KERNELS_BF16 : KERNELS_F32;
     const int64_t panels = n / PANEL;
-    const int prefetching = m > ROW_BLOCK && m <= NEXT_PANEL_PASSES * ROW_BLOCK;  /* the next panel, in the last pass */
+    const int64_t block = m <= ROW_BLOCK ? m : PASS_ROWS;
+    const int prefetching = m > ROW_BLOCK && m <= NEXT_PANEL_PASSES * PASS_ROWS;  /* the next panel, in the last pass */
 #pragma omp parallel for num_threads(num_threads) schedule(guided, 2)
     for (int64_t p = 0; p < panels; p++)
-        for (int64_t r = 0; r < m; r += ROW_BLOCK) {
-            const int64_t rows = m - r < ROW_BLOCK ? m - r : ROW_BLOCK;
+        for (int64_t r = 0; r < m; r += block) {
+            const int64_t rows = m - r < block ? m - r : block;
             const int next = prefetching && r + rows == m && p + 1 < panels;
             kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
         }

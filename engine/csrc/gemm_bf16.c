@@ -21,20 +21,31 @@
  * 3 rounds): decode-only steps 0.95x the time (0.94-0.96), prefill-heavy 0.99x. */
 #define PREFETCH 32
 
-/* Rows beyond 12 take a second pass over each panel, from L2 and compute-bound, while up to 12 rows
- * the kernel is bound by the weight stream: the last pass over a panel therefore prefetches the
+/* The most rows one pass over a panel holds: two accumulators a row, 30 of the 32 vector registers
+ * with the panel's two (GCC keeps one in memory at 15 rows). A decode step's 13-15 rows then stream
+ * each panel once, not in two passes (7 + 6 .. 8 + 7). Over SmolLM2-135M's 120 linears and LM head
+ * from DRAM (2 threads, C alone, alternating, the same bits): 13 and 14 rows 0.84-0.89x the time, 15
+ * rows 0.87-0.92x; at Qwen2.5-0.5B's shape 0.84-0.93x. Rows that take more than one pass still go in
+ * passes of at most PASS_ROWS: passes of up to 15 read prefill-heavy steps 1.002-1.006x the time in
+ * W1 (benchmarks.lockstep, three runs), the compute-bound passes paying for the accumulator in memory. */
+#define ROW_BLOCK 15
+#define PASS_ROWS 12
+
+/* More than ROW_BLOCK rows take a second pass over each panel, from L2 and compute-bound, while the
+ * first pass is bound by the weight stream: the last pass over a panel therefore prefetches the
  * next panel into L2 (128 bytes a depth pair, as far ahead as the pass goes), so that its arithmetic
  * overlaps the stream the next panel's first pass would wait for. Over the 0.5B shape's linears and
  * LM head (weights from DRAM, 2 threads; C alone, 16 alternating pairs): 15 rows 0.92x and 0.94x the
  * time in two runs, 16 rows 0.76x, 20 rows 0.88x and 1.03x, 24 rows 0.97x and 1.03x: the gain is at
  * the short second passes. W1 bf16 step by step (benchmarks.lockstep, 3 rounds):
  * decode-only steps 0.939x the time at the 0.5B shape, 0.954x at 1.5B, 0.953x at 135M; prefill-heavy
- * steps 0.997-1.009x. Only with two passes (13-24 rows): at 25-48 rows the kernel alone read
- * 0.995-1.039x the time (3-4 passes, a panel's first pass a smaller part of it), and at prefill sizes
- * the rows' bf16 copy fills L2 and the next panel evicts it (prefill-heavy steps 1.013x). One pass
- * of 8-12 rows prefetches the next panel too (its own stream is then two panels deep): W1's decode-only
- * steps 0.989x and 0.992x the time at 135M, 0.982x at the 0.5B shape (3 rounds each); from 2 rows
- * 1.004x, from 10 rows 0.996x: below 8 rows the stream alone bounds a pass. */
+ * steps 0.997-1.009x (measured when 13-15 rows took two passes too). Not with three passes or more:
+ * at 25-48 rows the kernel alone read 0.995-1.039x the time (a panel's first pass a smaller part of
+ * it), and at prefill sizes the rows' bf16 copy fills L2 and the next panel evicts
+ * it (prefill-heavy steps 1.013x). One pass of 8 rows or more prefetches the next panel too (its own
+ * stream is then two panels deep): W1's decode-only steps 0.989x and 0.992x the time at 135M, 0.982x
+ * at the 0.5B shape (3 rounds each); from 2 rows 1.004x, from 10 rows 0.996x: below 8 rows the stream
+ * alone bounds a pass. */
 #define NEXT_PANEL_PASSES 2
 
 int bs_linear_bf16_pairs_available(void) { return 1; }
@@ -51,7 +62,7 @@ void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *pac
 static inline __attribute__((always_inline)) void block_rows(const uint32_t *xb, int64_t pairs, const uint16_t *panel,
                                                              const float *bias, int64_t col, float *out, int64_t n,
                                                              int rows, const uint16_t *next) {
-    __m512 lo[12], hi[12];
+    __m512 lo[ROW_BLOCK], hi[ROW_BLOCK];
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = _mm512_setzero_ps();
     for (int64_t d = 0; d < pairs; d++) {
         const char *ahead = (const char *)(panel + (d + PREFETCH) * PANEL * 2);
@@ -95,10 +106,13 @@ ROWS(9)
 ROWS(10)
 ROWS(11)
 ROWS(12)
+ROWS(13)
+ROWS(14)
+ROWS(15)
 typedef void (*Kernel)(const uint32_t *, int64_t, const uint16_t *, const float *, int64_t, float *, int64_t,
                        const uint16_t *);
 static const Kernel KERNELS[] = {NULL, rows1, rows2, rows3, rows4, rows5, rows6, rows7, rows8, rows9, rows10,
-                                 rows11, rows12};
+                                 rows11, rows12, rows13, rows14, rows15};
 
 /* A row of k floats as bf16 pairs (k padded to even with a zero): its bf16 values in order, 16 at a time
  * (scalar, this copy took 6% of a 512-row prefill at SmolLM2-135M's shape). */
@@ -110,11 +124,11 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
 }
 
 /* out [m, n] fp32 contiguous = bf16(x [m, k], rows x_stride apart) . w^T (+ bias); -2 out of memory.
- * Rows go in as few blocks of at most 12 as they need, of balanced sizes (15 rows: 8 + 7, two passes
- * over a panel rather than 12 + 2 + 1). */
+ * Up to ROW_BLOCK rows go in one block; more in as few blocks of at most PASS_ROWS as they need, of
+ * balanced sizes (17 rows: 9 + 8, two passes over a panel rather than 12 + 5). */
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
-    const int64_t pairs = (k + 1) / 2, panels = n / PANEL, passes = (m + 11) / 12;
+    const int64_t pairs = (k + 1) / 2, panels = n / PANEL, passes = m <= ROW_BLOCK ? 1 : (m + PASS_ROWS - 1) / PASS_ROWS;
     const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
