@@ -22,7 +22,7 @@
  * SmolLM2-135M's 120 linears and LM head from DRAM (2 threads, fp32, alternating, the same bits)
  * 0.84-0.87x the time at 13-15 rows. More rows than that still go in passes of PASS_ROWS: passes of
  * 15 (15 + 1 .. 15 + 4) read 1.04-1.10x the time at 16-19 rows in W1's decode steps at Qwen2.5-0.5B's
- * shape, where one pass of 13-15 rows read 0.88-0.93x. */
+ * shape, where one pass of 13-15 rows read 0.92-0.95x. */
 #define ROW_BLOCK 15
 #define PASS_ROWS 12
 /* Depths ahead whose weights are prefetched (4 KB of fp32 panel): the hardware prefetcher alone
@@ -106,9 +106,11 @@ KERNELS(15)
 
 typedef void (*Kernel)(const float *, int64_t, const void *, const float *, float *, int64_t, int64_t, int64_t, int);
 static const Kernel KERNELS_F32[] = {NULL, rows1_f32, rows2_f32, rows3_f32, rows4_f32, rows5_f32, rows6_f32,
-                                     rows7_f32, rows8_f32, rows9_f32, rows10_f32, rows11_f32, rows12_f32, rows13_f32, rows14_f32, rows15_f32};
+                                     rows7_f32, rows8_f32, rows9_f32, rows10_f32, rows11_f32, rows12_f32,
+                                     rows13_f32, rows14_f32, rows15_f32};
 static const Kernel KERNELS_BF16[] = {NULL, rows1_bf16, rows2_bf16, rows3_bf16, rows4_bf16, rows5_bf16, rows6_bf16,
-                                      rows7_bf16, rows8_bf16, rows9_bf16, rows10_bf16, rows11_bf16, rows12_bf16, rows13_bf16, rows14_bf16, rows15_bf16};
+                                      rows7_bf16, rows8_bf16, rows9_bf16, rows10_bf16, rows11_bf16, rows12_bf16,
+                                      rows13_bf16, rows14_bf16, rows15_bf16};
 
 /* w [n, k] (fp32, or bf16 as uint16) into packed [n / PANEL][k][PANEL]; n a multiple of PANEL. */
 void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed) {
@@ -121,9 +123,9 @@ void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed)
 }
 
 /* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Up to ROW_BLOCK
- * rows go in one block; more in blocks of PASS_ROWS, and what is left in one block of its own size
- * (31 rows: 12 + 12 + 7, not 12 + 12 + 4 + 2 + 1; 1.3x at 7 rows). A block's rows each keep their own chain, so a row's result
- * does not depend on its block.
+ * rows go in one block (7 rows: one pass over the weights, not 4 + 2 + 1; 1.3x at 7 rows); more in
+ * blocks of PASS_ROWS, and what is left in one block of its own size. A block's rows each keep their
+ * own chain, so a row's result does not depend on its block.
  * Panels are handed out guided (halving runs of consecutive panels, down to 2): a thread still
  * streams long runs of the weights, and the faster thread takes the last panels when the two
  * vCPUs run at different speeds (they do, by up to 20% from moment to moment on a shared host).

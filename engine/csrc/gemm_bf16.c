@@ -128,7 +128,8 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
  * balanced sizes (17 rows: 9 + 8, two passes over a panel rather than 12 + 5). */
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
-    const int64_t pairs = (k + 1) / 2, panels = n / PANEL, passes = m <= ROW_BLOCK ? 1 : (m + PASS_ROWS - 1) / PASS_ROWS;
+    const int64_t pairs = (k + 1) / 2, panels = n / PANEL;
+    const int64_t passes = m <= ROW_BLOCK ? 1 : (m + PASS_ROWS - 1) / PASS_ROWS;
     const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
