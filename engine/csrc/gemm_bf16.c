@@ -26,8 +26,9 @@
  * each panel once, not in two passes (7 + 6 .. 8 + 7). Over SmolLM2-135M's 120 linears and LM head
  * from DRAM (2 threads, C alone, alternating, the same bits): 13 and 14 rows 0.84-0.89x the time, 15
  * rows 0.87-0.92x; at Qwen2.5-0.5B's shape 0.84-0.93x. Rows that take more than one pass still go in
- * passes of at most PASS_ROWS: passes of up to 15 read prefill-heavy steps 1.002-1.006x the time in
- * W1 (benchmarks.lockstep, three runs), the compute-bound passes paying for the accumulator in memory. */
+ * passes of at most PASS_ROWS: passes of up to 15 gained nothing there (W1's prefill-heavy steps
+ * 1.002-1.006x the time in three benchmarks.lockstep runs, within its noise), and their compute-bound
+ * passes would carry the accumulator kept in memory. */
 #define ROW_BLOCK 15
 #define PASS_ROWS 12
 
