@@ -2,7 +2,7 @@
  * fp32 or bf16, packed once at load time.
  *
  * Packed layout: panels of PANEL output columns, each [k][PANEL] contiguous, so a thread streams
- * a panel front to back while up to ROW_BLOCK rows of x are broadcast against it (two vector
+ * a panel front to back while up to BS_LINEAR_ROWS rows of x are broadcast against it (two vector
  * accumulators a row). The panels are split over the threads; every panel is read once per
  * block of rows (from L2 after the first).
  *
@@ -17,14 +17,12 @@
 #include "vec.h"
 
 #define PANEL 32
-/* The most rows one kernel holds in registers: 30 accumulators (GCC keeps one in memory at 15 rows).
- * A decode step's 13-15 rows then read each panel once, not in two passes (12 + 1 .. 12 + 3): over
+/* Rows one kernel holds (batchscope.h: BS_LINEAR_ROWS, GCC keeping one accumulator in memory at 15).
+ * A decode step's 13-15 rows read each panel once, not in two passes (12 + 1 .. 12 + 3): over
  * SmolLM2-135M's 120 linears and LM head from DRAM (2 threads, fp32, alternating, the same bits)
- * 0.84-0.87x the time at 13-15 rows. More rows than that still go in passes of PASS_ROWS: passes of
- * 15 (15 + 1 .. 15 + 4) read 1.04-1.10x the time at 16-19 rows in W1's decode steps at Qwen2.5-0.5B's
+ * 0.84-0.87x the time at 13-15 rows. More rows go in passes of BS_LINEAR_PASS_ROWS: passes of 15
+ * (15 + 1 .. 15 + 4) read 1.04-1.10x the time at 16-19 rows in W1's decode steps at Qwen2.5-0.5B's
  * shape, where one pass of 13-15 rows read 0.92-0.95x. */
-#define ROW_BLOCK 15
-#define PASS_ROWS 12
 /* Depths ahead whose weights are prefetched (4 KB of fp32 panel): the hardware prefetcher alone
  * leaves a decode step's weight stream latency-bound; 1 thread over SmolLM2-135M's weights from
  * DRAM: 1.6x at 13 rows, 1.45x at 24, 1.2x at 64, 1.06x at 256, 1.08x at 1. */
@@ -57,7 +55,7 @@ static inline __attribute__((always_inline)) void finish(vf lo, vf hi, const flo
 static inline __attribute__((always_inline)) void block_rows(const float *x, int64_t x_stride, const void *packed,
                                                              int bf16, const float *bias, float *out, int64_t n,
                                                              int64_t k, int64_t panel, int rows, int next) {
-    vf lo[ROW_BLOCK], hi[ROW_BLOCK];
+    vf lo[BS_LINEAR_ROWS], hi[BS_LINEAR_ROWS];
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = (vf){0};
     const int64_t base = panel * k * PANEL;
     for (int64_t d = 0; d < k; d++) {
@@ -122,10 +120,10 @@ void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed)
         }
 }
 
-/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Up to ROW_BLOCK
- * rows go in one block (7 rows: one pass over the weights, not 4 + 2 + 1; 1.3x at 7 rows); more in
- * blocks of PASS_ROWS, and what is left in one block of its own size. A block's rows each keep their
- * own chain, so a row's result does not depend on its block.
+/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Up to
+ * BS_LINEAR_ROWS rows go in one block (7 rows: one pass over the weights, not 4 + 2 + 1; 1.3x at 7
+ * rows); more in blocks of BS_LINEAR_PASS_ROWS, and what is left in one block of its own size. A
+ * block's rows each keep their own chain, so a row's result does not depend on its block.
  * Panels are handed out guided (halving runs of consecutive panels, down to 2): a thread still
  * streams long runs of the weights, and the faster thread takes the last panels when the two
  * vCPUs run at different speeds (they do, by up to 20% from moment to moment on a shared host).
@@ -135,8 +133,9 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
                int64_t m, int64_t n, int64_t k, int num_threads) {
     const Kernel *kernels = bf16 ? KERNELS_BF16 : KERNELS_F32;
     const int64_t panels = n / PANEL;
-    const int64_t block = m <= ROW_BLOCK ? m : PASS_ROWS;
-    const int prefetching = m > ROW_BLOCK && m <= NEXT_PANEL_PASSES * PASS_ROWS;  /* the next panel, in the last pass */
+    const int64_t block = m <= BS_LINEAR_ROWS ? m : BS_LINEAR_PASS_ROWS;
+    /* the next panel, in the last pass */
+    const int prefetching = m > BS_LINEAR_ROWS && m <= NEXT_PANEL_PASSES * BS_LINEAR_PASS_ROWS;
 #pragma omp parallel for num_threads(num_threads) schedule(guided, 2)
     for (int64_t p = 0; p < panels; p++)
         for (int64_t r = 0; r < m; r += block) {

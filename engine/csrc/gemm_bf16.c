@@ -21,19 +21,17 @@
  * 3 rounds): decode-only steps 0.95x the time (0.94-0.96), prefill-heavy 0.99x. */
 #define PREFETCH 32
 
-/* The most rows one pass over a panel holds: two accumulators a row, 30 of the 32 vector registers
- * with the panel's two (GCC keeps one in memory at 15 rows). A decode step's 13-15 rows then stream
+/* Rows one pass over a panel holds (batchscope.h: BS_LINEAR_ROWS; with the panel's two vectors all 32
+ * registers, GCC keeping one accumulator in memory at 15 rows). A decode step's 13-15 rows stream
  * each panel once, not in two passes (7 + 6 .. 8 + 7). Over SmolLM2-135M's 120 linears and LM head
  * from DRAM (2 threads, C alone, alternating, the same bits): 13 and 14 rows 0.84-0.89x the time, 15
  * rows 0.87-0.92x; at Qwen2.5-0.5B's shape 0.84-0.93x. Rows that take more than one pass still go in
- * passes of at most PASS_ROWS: passes of up to 15 gained nothing there (W1's prefill-heavy steps
- * 1.002-1.006x the time in three benchmarks.lockstep runs, within its noise), and their compute-bound
- * passes would carry the accumulator kept in memory. */
-#define ROW_BLOCK 15
-#define PASS_ROWS 12
+ * passes of at most BS_LINEAR_PASS_ROWS: passes of up to 15 gained nothing there (W1's prefill-heavy
+ * steps 1.002-1.006x the time in three benchmarks.lockstep runs, within its noise), and their
+ * compute-bound passes would carry the accumulator kept in memory. */
 
-/* More than ROW_BLOCK rows take a second pass over each panel, from L2 and compute-bound, while the
- * first pass is bound by the weight stream: the last pass over a panel therefore prefetches the
+/* More than BS_LINEAR_ROWS rows take a second pass over each panel, from L2 and compute-bound, while
+ * the first pass is bound by the weight stream: the last pass over a panel therefore prefetches the
  * next panel into L2 (128 bytes a depth pair, as far ahead as the pass goes), so that its arithmetic
  * overlaps the stream the next panel's first pass would wait for. Over the 0.5B shape's linears and
  * LM head (weights from DRAM, 2 threads; C alone, 16 alternating pairs): 15 rows 0.92x and 0.94x the
@@ -63,7 +61,7 @@ void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *pac
 static inline __attribute__((always_inline)) void block_rows(const uint32_t *xb, int64_t pairs, const uint16_t *panel,
                                                              const float *bias, int64_t col, float *out, int64_t n,
                                                              int rows, const uint16_t *next) {
-    __m512 lo[ROW_BLOCK], hi[ROW_BLOCK];
+    __m512 lo[BS_LINEAR_ROWS], hi[BS_LINEAR_ROWS];
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = _mm512_setzero_ps();
     for (int64_t d = 0; d < pairs; d++) {
         const char *ahead = (const char *)(panel + (d + PREFETCH) * PANEL * 2);
@@ -125,12 +123,12 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
 }
 
 /* out [m, n] fp32 contiguous = bf16(x [m, k], rows x_stride apart) . w^T (+ bias); -2 out of memory.
- * Up to ROW_BLOCK rows go in one block; more in as few blocks of at most PASS_ROWS as they need, of
- * balanced sizes (17 rows: 9 + 8, two passes over a panel rather than 12 + 5). */
+ * Up to BS_LINEAR_ROWS rows go in one block; more in as few blocks of at most BS_LINEAR_PASS_ROWS as
+ * they need, of balanced sizes (17 rows: 9 + 8, two passes over a panel rather than 12 + 5). */
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
     const int64_t pairs = (k + 1) / 2, panels = n / PANEL;
-    const int64_t passes = m <= ROW_BLOCK ? 1 : (m + PASS_ROWS - 1) / PASS_ROWS;
+    const int64_t passes = m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
     const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
