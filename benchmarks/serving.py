@@ -20,7 +20,10 @@ The headline, per engine: the highest rate whose median run kept TTFT p99 <= 2 s
 150 ms, it and every rate below it (a rate kept above one missed is reported beside it, not as the
 limit), and the best goodput; then Batchscope / vLLM ratios of that highest rate (by the medians,
 by the rate kept in every repeat, and each repeat's own) and of goodput per rate, with their
-spread over the repeats. Results: benchmarks/results/serving/serving.{json,md}.
+spread over the repeats; the table gives each rate's TPOT p99 and goodput run by run beside the
+medians, and the last line each server's output at the highest rate tried against what the client
+offered (past a server's limit, its capacity, which bounds the rate it sustains).
+Results: benchmarks/results/serving/serving.{json,md}.
 """
 from __future__ import annotations
 
@@ -213,17 +216,22 @@ def summarize(results: dict) -> dict:
     rate_ratios = {"by_medians": rate_ratio(ours["by_medians"], theirs["by_medians"]),
                    "in_every_repeat": rate_ratio(ours["in_every_repeat"], theirs["in_every_repeat"]),
                    "per_repeat": [rate_ratio(a, b) for a, b in zip(ours["per_repeat"], theirs["per_repeat"], strict=True)]}
-    ratios = {}
-    for rate, ours in results["batchscope"].items():
-        pairs = [a["request_goodput"] / b["request_goodput"] for a, b in zip(ours, results["vllm"][rate], strict=True)
-                 if b["request_goodput"]]
-        ratios[rate] = {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)} if pairs else None
+    ratios = {rate: paired_ratio(results, rate, "request_goodput") for rate in results["batchscope"]}
     best = headline["vllm"]["best_goodput"]
     headline["best_goodput_ratio"] = headline["batchscope"]["best_goodput"] / best if best else None
     per_repeat = {name: {rate: {metric: [run[metric] for run in runs] for metric in PER_REPEAT} for rate, runs in by_rate.items()}
                   for name, by_rate in results.items()}
+    top = max(results["batchscope"], key=float)
     return {"medians": medians, "per_repeat": per_repeat, "headline": headline, "highest_rate_ratio": rate_ratios,
-            "goodput_ratio_per_rate": ratios}
+            "goodput_ratio_per_rate": ratios,
+            "highest_rate_output": {"rate": top, "ratio": paired_ratio(results, top, "output_throughput")}}
+
+
+def paired_ratio(results: dict, rate: str, metric: str) -> dict | None:
+    """Batchscope / vLLM of ``metric`` at ``rate``, repeat by repeat: the median and the spread."""
+    pairs = [a[metric] / b[metric] for a, b in zip(results["batchscope"][rate], results["vllm"][rate], strict=True)
+             if b[metric]]
+    return {"median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)} if pairs else None
 
 
 def markdown(setting: Setting, summary: dict) -> str:
@@ -254,7 +262,20 @@ def markdown(setting: Setting, summary: dict) -> str:
     for rate, r in summary["goodput_ratio_per_rate"].items():
         if r:
             lines.append(f"- rate {rate}: goodput ratio {r['median']:.2f}x (repeats {r['min']:.2f}-{r['max']:.2f})")
-    return "\n".join(lines)
+    return "\n".join([*lines, top_rate_text(setting, summary)])
+
+
+def top_rate_text(setting: Setting, summary: dict) -> str:
+    """Each server's output at the highest rate tried against what the client offered: past a
+    server's limit, what it can deliver at all (its capacity, which bounds the rate it sustains)."""
+    top = summary["highest_rate_output"]
+    rate, ratio = top["rate"], top["ratio"]
+    offered = float(rate) * setting.output_len
+    delivered = ", ".join(f"{name} {summary['medians'][name][rate]['output_throughput']:.0f} tok/s "
+                          f"({summary['medians'][name][rate]['output_throughput'] / offered:.0%})" for name in ENGINES)
+    spread = f"{ratio['median']:.2f}x (repeats {ratio['min']:.2f}-{ratio['max']:.2f})" if ratio else "n/a"
+    return (f"- at {rate} req/s, the highest rate tried ({offered:.0f} output tok/s offered): {delivered}; "
+            f"Batchscope / vLLM {spread}")
 
 
 def ratio_text(ratio: dict | None) -> str:
