@@ -61,7 +61,7 @@ class Setting:
     # rate, and both servers "kept the SLO" at 14 req/s in bf16, vLLM making 280 tok/s of it.
     num_prompts: int = 128
     input_len: int = 160
-    range_ratio: float = 0.5  # inputs of 80-240 tokens
+    range_ratio: float = 0.5  # inputs of 80-240 tokens, outputs of 24-72 (vLLM's client draws both in the range)
     output_len: int = 48
     repeats: int = 2
     backend: str = "openai"  # "openai-chat": /v1/chat/completions
@@ -236,7 +236,7 @@ def paired_ratio(results: dict, rate: str, metric: str) -> dict | None:
 
 def markdown(setting: Setting, summary: dict) -> str:
     lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; {setting.backend}, {setting.dtype}, "
-             f"random inputs {setting.input_len} x (1 +- {setting.range_ratio}) tokens, {setting.output_len} out, "
+             f"random inputs {setting.input_len} and outputs {setting.output_len} x (1 +- {setting.range_ratio}) tokens, "
              f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians).", "",
              "| engine | rate | goodput req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms "
              "| TPOT p99 per repeat ms | goodput per repeat |",
@@ -274,7 +274,7 @@ def top_rate_text(setting: Setting, summary: dict) -> str:
     delivered = ", ".join(f"{name} {summary['medians'][name][rate]['output_throughput']:.0f} tok/s "
                           f"({summary['medians'][name][rate]['output_throughput'] / offered:.0%})" for name in ENGINES)
     spread = f"{ratio['median']:.2f}x (repeats {ratio['min']:.2f}-{ratio['max']:.2f})" if ratio else "n/a"
-    return (f"- at {rate} req/s, the highest rate tried ({offered:.0f} output tok/s offered): {delivered}; "
+    return (f"- at {rate} req/s, the highest rate tried ({offered:.0f} output tok/s offered on average): {delivered}; "
             f"Batchscope / vLLM {spread}")
 
 

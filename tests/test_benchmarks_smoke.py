@@ -318,7 +318,7 @@ def test_the_highest_rate_tried_gives_each_servers_output_against_what_was_offer
     top = summary["highest_rate_output"]
     assert top["rate"] == "6.0"
     assert top["ratio"] == {"median": (262 / 221 + 250 / 217) / 2, "min": 250 / 217, "max": 262 / 221}
-    assert ("- at 6.0 req/s, the highest rate tried (288 output tok/s offered): batchscope 256 tok/s (89%), "
+    assert ("- at 6.0 req/s, the highest rate tried (288 output tok/s offered on average): batchscope 256 tok/s (89%), "
             "vllm 219 tok/s (76%); Batchscope / vLLM 1.17x (repeats 1.15-1.19)") in markdown(Setting(), summary)
 
 
