@@ -9,10 +9,12 @@ PARTS = ("queue", "prefill", "others", "preempted", "idle", "unknown")
 
 
 def click_card(driver, rid: str) -> None:
-    """Click the head of ``rid``'s text card, as a visitor would."""
-    driver.execute_script(
-        "[...document.querySelectorAll('#bs-texts .bs-req')].find(c => c.dataset.rid === arguments[0])"
-        ".querySelector('.bs-req-head').click();", rid)
+    """Click the head of ``rid``'s text card, as a visitor would, once the page has drawn it: the
+    page draws its cards on the animation frame after a message, so the state (``debug``) can hold
+    a step whose cards are not in the document yet (a scrub's rebuild, seen under load in CI)."""
+    wait_for(driver, lambda: driver.execute_script(
+        "const card = [...document.querySelectorAll('#bs-texts .bs-req')].find(c => c.dataset.rid === arguments[0]);"
+        "if (!card) return false; card.querySelector('.bs-req-head').click(); return true;", rid), f"{rid}'s card")
 
 
 def mouse(driver, kind: str, x: float, y: float) -> None:
