@@ -85,17 +85,26 @@ def wait_until(condition, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+def told(hub: FakeHub, rid: str) -> dict | None:
+    """The latest place ``rid`` was told (None before it is queued for its visitor's turn)."""
+    places = [e["queue"] for e in hub.events if e["request_id"] == rid and "queue" in e]
+    return places[-1] if places else None
+
+
 @pytest.fixture
 def fake():
     return FakeSubmitter()
 
 
 def test_a_newcomer_goes_out_within_two_hand_overs_of_a_visitor_with_twenty_queued(fake):
-    firing = Firing(fake, FakeHub(), max_in_flight=100, engine_window=2)
+    hub = FakeHub()
+    firing = Firing(fake, hub, max_in_flight=100, engine_window=2)
     firing.fire(shot("a", 20), owner="alice")
     before = fake.wait_handed(2)
     firing.fire(shot("b", 1), owner="bob")
-    wait_until(lambda: firing.pending() == 19)
+    # queued for its turn (told its place), not just counted: fire() counts at once, and its
+    # thread queues the request a moment later (later still on a loaded machine)
+    wait_until(lambda: firing.pending() == 19 and told(hub, "b0") is not None)
     for rid in before:  # the engine starts what it has: room for two more
         fake.set(rid, "decoding")
     after = fake.wait_handed(4)[2:]
@@ -104,11 +113,12 @@ def test_a_newcomer_goes_out_within_two_hand_overs_of_a_visitor_with_twenty_queu
 
 
 def test_turns_alternate_between_visitors_with_requests_queued(fake):
-    firing = Firing(fake, FakeHub(), max_in_flight=100, engine_window=1)
+    hub = FakeHub()
+    firing = Firing(fake, hub, max_in_flight=100, engine_window=1)
     firing.fire(shot("a", 5), owner="alice")
     fake.wait_handed(1)
     firing.fire(shot("b", 3), owner="bob")
-    wait_until(lambda: firing.pending() == 7)
+    wait_until(lambda: firing.pending() == 7 and told(hub, "b2") is not None)
     for n in range(1, 8):
         fake.set(fake.wait_handed(n)[-1], "decoding")
     assert fake.wait_handed(8) == ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "a4"]
@@ -158,16 +168,11 @@ def test_queued_requests_are_told_their_place_and_who_is_ahead(fake):
     firing.fire(shot("a", 3), owner="alice")
     fake.wait_handed(1)
     firing.fire(shot("b", 2), owner="bob")
-
-    def latest(rid: str) -> dict | None:
-        told = [e["queue"] for e in hub.events if e["request_id"] == rid and "queue" in e]
-        return told[-1] if told else None
-
-    wait_until(lambda: latest("b1") is not None and latest("b1")["place"] == 3)
-    assert latest("b0") == {"place": 1, "visitors_ahead": 0}  # bob's turn: alice just had one
-    assert latest("a1") == {"place": 2, "visitors_ahead": 1}
-    assert latest("b1") == {"place": 3, "visitors_ahead": 1}
-    assert latest("a2") == {"place": 4, "visitors_ahead": 1}
+    wait_until(lambda: told(hub, "b1") is not None and told(hub, "b1")["place"] == 3)
+    assert told(hub, "b0") == {"place": 1, "visitors_ahead": 0}  # bob's turn: alice just had one
+    assert told(hub, "a1") == {"place": 2, "visitors_ahead": 1}
+    assert told(hub, "b1") == {"place": 3, "visitors_ahead": 1}
+    assert told(hub, "a2") == {"place": 4, "visitors_ahead": 1}
     assert all(hub.owners[rid] == "alice" for rid in ("a0", "a1", "a2"))
 
 
