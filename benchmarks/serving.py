@@ -271,8 +271,8 @@ def top_rate_text(setting: Setting, summary: dict) -> str:
     top = summary["highest_rate_output"]
     rate, ratio = top["rate"], top["ratio"]
     offered = float(rate) * setting.output_len
-    delivered = ", ".join(f"{name} {summary['medians'][name][rate]['output_throughput']:.0f} tok/s "
-                          f"({summary['medians'][name][rate]['output_throughput'] / offered:.0%})" for name in ENGINES)
+    output = {name: summary["medians"][name][rate]["output_throughput"] for name in ENGINES}
+    delivered = ", ".join(f"{name} {tok_s:.0f} tok/s ({tok_s / offered:.0%})" for name, tok_s in output.items())
     spread = f"{ratio['median']:.2f}x (repeats {ratio['min']:.2f}-{ratio['max']:.2f})" if ratio else "n/a"
     return (f"- at {rate} req/s, the highest rate tried ({offered:.0f} output tok/s offered on average): {delivered}; "
             f"Batchscope / vLLM {spread}")
