@@ -271,7 +271,7 @@ class TelemetryHub:
             events = list(self._pending_events)
             self._pending_records.clear()
             self._pending_events.clear()
-            owners = {e.request_id: e.owner for e in self._book.entries()}
+            owners = {e.request_id: e.owner for e in self._book.entries()} if self._viewers else {}
             reset, self._reset_pending = self._reset_pending, False
             lost, self._events_lost = self._events_lost, False
             if records:
@@ -291,7 +291,8 @@ class TelemetryHub:
             return
         self._last_status = now
         self._seq += 1
-        self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
+        if self._viewers:  # (with none, the history above is all a tick keeps: for those who join)
+            self._push_frames(records[latest:], bodies[latest:], arrived, events, owners)
 
     def _still_settling(self, reset: bool, hole: bool) -> bool:
         """Whether this tick, one of the few after a reset, left a ``hole`` that viewers must resync
