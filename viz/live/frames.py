@@ -34,8 +34,8 @@ def dumps(value) -> str:
     refuses (a lone surrogate, which a page's JSON may send in a label) goes through the standard
     library, which escapes it; NaN is null with orjson (the standard library's NaN is not JSON)."""
     try:
-        return orjson.dumps(value, default=_plain, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # (orjson.JSONEncodeError)
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()  # (dataclasses natively)
+    except TypeError:  # (orjson.JSONEncodeError; the standard library names what it cannot hold)
         return json.dumps(value, default=_plain)
 
 
