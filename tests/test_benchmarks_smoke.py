@@ -224,6 +224,20 @@ def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_r
         Setting(), above)
 
 
+def test_serving_sends_only_the_sampling_a_sitting_sets_and_says_which():
+    from pathlib import Path
+
+    from benchmarks.serving import METRICS, Setting, client_flags, markdown, summarize
+    plain = client_flags(Setting(), 4.0, Path("/model"), "default", run=1)
+    assert "--temperature" not in plain and "--top-p" not in plain
+    chat_like = Setting(temperature=0.7, top_p=0.9)
+    flags = client_flags(chat_like, 4.0, Path("/model"), "default", run=1)
+    assert flags[flags.index("--temperature") + 1] == "0.7" and flags[flags.index("--top-p") + 1] == "0.9"
+    summary = summarize({name: {"1.0": [dict.fromkeys(METRICS, 1.0)]} for name in ("batchscope", "vllm")})
+    assert "sampling: server defaults." in markdown(Setting(), summary)
+    assert "sampling: --temperature 0.7 --top-p 0.9." in markdown(chat_like, summary)
+
+
 def test_a_benchmark_killed_by_sigterm_runs_its_finally_and_stops_its_servers(tmp_path):
     """``timeout`` or ``kill`` ends a benchmark with SIGTERM: its ``finally`` stops the servers it
     started (benchmarks.serving left a Batchscope and a vLLM server running before)."""

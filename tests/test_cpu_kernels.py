@@ -277,6 +277,40 @@ def test_argmax_rows_refuses_what_it_cannot_read():
         cpu_kernels.argmax_rows(torch.zeros(2, 0))
 
 
+def nucleus_rows(vocab: int) -> torch.Tensor:
+    """Probability rows of every shape the nucleus meets: peaked and flat, ties (a row of rounded
+    logits), tokens of probability 0 (a top-k cut), and a row whose sum (0.5) is short of top-p."""
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(7, vocab, generator=gen) * torch.tensor([[12.0], [4.0], [1.0], [0.1], [3.0], [6.0], [2.0]])
+    logits[4] = logits[4].round()
+    logits[5, vocab // 2:] = float("-inf")
+    probs = logits.softmax(dim=-1)
+    probs[6] *= 0.5
+    return probs
+
+
+@pytest.mark.parametrize("vocab", [4, 1000, 49152])
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.95, 0.999])
+def test_nucleus_thresholds_are_the_sorting_references(vocab, top_p):
+    """The same threshold as the sampler's sort of the whole row, row for row."""
+    from engine.sampler import nucleus_thresholds
+    probs = nucleus_rows(vocab)
+    top_ps = torch.full((probs.shape[0],), top_p, dtype=torch.float64)
+    ours = cpu_kernels.nucleus_thresholds(probs, top_ps)
+    assert torch.equal(ours, nucleus_thresholds(probs, top_ps))
+    assert torch.equal(cpu_kernels.nucleus_thresholds(probs[3:4].contiguous(), top_ps[3:4]), ours[3:4])
+
+
+def test_nucleus_thresholds_refuse_what_they_cannot_read():
+    top_p = torch.full((3,), 0.9, dtype=torch.float64)
+    with pytest.raises(TypeError, match="float32"):
+        cpu_kernels.nucleus_thresholds(torch.zeros(3, 4, dtype=torch.bfloat16), top_p)
+    with pytest.raises(ValueError, match="contiguous"):
+        cpu_kernels.nucleus_thresholds(torch.zeros(4, 3).t(), top_p)
+    with pytest.raises(ValueError, match="fp64"):
+        cpu_kernels.nucleus_thresholds(torch.zeros(3, 4), top_p.float())
+
+
 def test_rotary_in_place_is_the_same_bits_as_torchs():
     from engine.models.llama import rotate, signed_sin
 

@@ -72,6 +72,11 @@ const InterfaceFact *bs_interface(int *count);
 /* argmax.c: out[r] = the index of row r's first largest value (a NaN counts as the largest) */
 void bs_argmax_rows(const float *x, int64_t rows, int64_t cols, int64_t stride, int64_t *out, int num_threads);
 
+/* nucleus.c: theta[r] = the least probability row r's top-p nucleus keeps (tokens >= theta stay);
+ * top_p[r] in (0, 1); 0 or -2 (out of memory) */
+int bs_nucleus_thresholds(const float *probs, int64_t rows, int64_t vocab, const double *top_p, float *theta,
+                          int num_threads);
+
 /* elementwise.c */
 void bs_add_rms_norm(float *x, const float *delta, const float *weight, float *out, int64_t rows, int64_t hidden,
                      float eps, int num_threads);
