@@ -186,16 +186,35 @@ def cdf_block(vocab: int) -> int:
 
 
 def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[SamplingParams]) -> list[TokenLogprobs | None]:
-    """Each row's top ``logprobs`` and its sampled token's, from its raw ``logits`` row (fp32)."""
-    return [None if p.logprobs is None else _row_logprobs(logits[row], token, p.logprobs)
-            for row, (token, p) in enumerate(zip(tokens, params, strict=True))]
+    """Each row's top ``logprobs`` and its sampled token's, from its raw ``logits`` row (fp32): one
+    log-softmax and one ``topk`` a distinct k over the rows that asked, each row on its own (row by
+    row in Python it took 2.1 ms of a 16-row step)."""
+    asked = [row for row, p in enumerate(params) if p.logprobs is not None]
+    out: list[TokenLogprobs | None] = [None] * len(params)
+    if not asked:
+        return out
+    raw_rows = logits if len(asked) == len(params) else logits[asked]
+    logprobs = torch.log_softmax(raw_rows.float(), dim=-1)
+    ids = _reported_ids(logprobs, [tokens[row] for row in asked], [params[row].logprobs for row in asked])
+    at = (torch.tensor([j for j, row_ids in enumerate(ids) for _ in row_ids], device=logits.device),
+          torch.tensor([token for row_ids in ids for token in row_ids], device=logits.device))
+    values, raw = logprobs[at].tolist(), raw_rows[at].float().tolist()
+    start = 0
+    for row, row_ids in zip(asked, ids, strict=True):
+        end = start + len(row_ids)
+        out[row] = TokenLogprobs(dict(zip(row_ids, values[start:end], strict=True)),
+                                 dict(zip(row_ids, raw[start:end], strict=True)))
+        start = end
+    return out
 
 
-def _row_logprobs(logits: torch.Tensor, token: int, k: int) -> TokenLogprobs:
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    ids = logprobs.topk(k).indices.tolist() if k else []
-    if token not in ids:
-        ids.append(token)
-    index = torch.tensor(ids, device=logits.device)
-    return TokenLogprobs(dict(zip(ids, logprobs[index].tolist(), strict=True)),
-                         dict(zip(ids, logits[index].float().tolist(), strict=True)))
+def _reported_ids(logprobs: torch.Tensor, tokens: list[int], ks: list[int]) -> list[list[int]]:
+    """Each row's top-k token ids (best first; a ``topk`` over the rows of each distinct k), then its
+    sampled token where it is not among them."""
+    ids: list[list[int]] = [[] for _ in ks]
+    for k in set(ks) - {0}:
+        rows = [j for j, row_k in enumerate(ks) if row_k == k]
+        chosen = logprobs if len(rows) == len(ks) else logprobs[rows]
+        for j, top in zip(rows, chosen.topk(k, dim=-1).indices.tolist(), strict=True):
+            ids[j] = top
+    return [row_ids if token in row_ids else [*row_ids, token] for row_ids, token in zip(ids, tokens, strict=True)]

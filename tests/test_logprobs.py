@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.sampler import token_logprobs
 
 from hf_reference import load_hf
 
@@ -102,3 +103,21 @@ def test_streamed_deltas_carry_each_tokens_logprobs(tiny_model_dir):
     assert sum(len(d.token_ids) for d in with_tokens) == 4
     first = with_tokens[0].logprobs[0]
     assert list(first.logprobs) == list(first.logits)  # the raw logits of the same ids
+
+
+def test_rows_asking_different_ks_each_get_their_own_row_alone():
+    """One log-softmax and one topk a distinct k over the step's rows: each row's answer is what it
+    gets alone (the same bits), the sampled token after its top k when it is not among them."""
+    logits = torch.randn(6, 3000, generator=torch.Generator().manual_seed(3)) * 4
+    tokens = [5, int(logits[1].argmax()), 7, int(logits[3].argmin()), 11, 12]
+    params = [SamplingParams(logprobs=k) for k in (None, 2, 0, 2, 3, None)]
+    together = token_logprobs(logits, tokens, params)
+    for row, (token, p) in enumerate(zip(tokens, params)):
+        alone = token_logprobs(logits[row:row + 1], [token], [p])[0]
+        assert together[row] == alone
+    assert together[0] is None and together[5] is None
+    assert list(together[2].logprobs) == [7]
+    lp = torch.log_softmax(logits[3], dim=-1)
+    assert list(together[3].logprobs) == [*lp.topk(2).indices.tolist(), tokens[3]]
+    assert together[3].logits[tokens[3]] == float(logits[3, tokens[3]])
+    assert len(together[1].logprobs) == 2 and tokens[1] in together[1].logprobs
