@@ -305,8 +305,8 @@ def nucleus_thresholds(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     if probs.dim() != 2 or not probs.is_contiguous() or not rows_given:
         raise ValueError(f"probs must be contiguous [rows, vocab] and top_p fp64 [rows], got {list(probs.shape)}, "
                          f"{list(top_p.shape)} {top_p.dtype}")
-    theta = torch.empty(probs.shape[0])
-    if load().bs_nucleus_thresholds(probs.data_ptr(), probs.shape[0], probs.shape[1], top_p.contiguous().data_ptr(),
+    theta, top_p = torch.empty(probs.shape[0]), top_p.contiguous()  # held: the C call reads its memory
+    if load().bs_nucleus_thresholds(probs.data_ptr(), probs.shape[0], probs.shape[1], top_p.data_ptr(),
                                     theta.data_ptr(), torch.get_num_threads()) != 0:
         raise MemoryError("the nucleus kernel could not allocate its copy of a row")
     return theta

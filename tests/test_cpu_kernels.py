@@ -299,6 +299,8 @@ def test_nucleus_thresholds_are_the_sorting_references(vocab, top_p):
     ours = cpu_kernels.nucleus_thresholds(probs, top_ps)
     assert torch.equal(ours, nucleus_thresholds(probs, top_ps))
     assert torch.equal(cpu_kernels.nucleus_thresholds(probs[3:4].contiguous(), top_ps[3:4]), ours[3:4])
+    strided = torch.full((2 * probs.shape[0],), top_p, dtype=torch.float64)[::2]
+    assert torch.equal(cpu_kernels.nucleus_thresholds(probs, strided), ours)
 
 
 def test_nucleus_thresholds_refuse_what_they_cannot_read():
