@@ -11,7 +11,7 @@ compiled by torch.compile at start (not ``--enforce-eager``). For each repeat an
 (``vllm.benchmarks.serve`` through benchmarks/serving_client.py: ``--dataset-name random``,
 seeded input and output lengths, a Poisson ``--request-rate``, ``--ignore-eos``, the model's
 tokenizer) runs against one server, then the other; the order alternates (A B, B A) so both see
-the same host. Requests sample as the servers default (temperature 1.0, no filter) unless
+the same host. Requests sample as the servers' defaults (temperature 1.0, no filter) unless
 ``--temperature`` / ``--top-p`` set them, as a chat application's requests often do (the client
 sends them in every request). Each run has prompts of its own (its own seed; the same for both servers), so no
 run finds the last one's prompts in a prefix cache. One unmeasured run per server first warms it
