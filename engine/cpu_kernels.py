@@ -12,7 +12,8 @@ in 32-column panels, and ``gemm_bf16.c`` its bf16 twin on the CPU's bf16 dot pro
 (AVX512-BF16), both faster than oneDNN's at every row count measured (models/prepacked.py). Where
 the CPU has AMX tiles, bf16 layers run on them instead (``gemm_amx.c``). The attention of bf16
 prefill chunks multiplies in bf16 (``attention_pairs.c``, called by ``paged_attention.c``): on AMX
-tiles, else on AVX512-BF16 dot products. ``argmax.c`` is greedy sampling's argmax (torch's choice
+tiles, else on AVX512-BF16 dot products; so does that of bf16 decode rows on AVX512-BF16
+(``decode_pairs.c``). ``argmax.c`` is greedy sampling's argmax (torch's choice
 on ties and NaN, in a third of its time); ``nucleus.c`` top-p's threshold without sorting the vocabulary.
 
 The library needs only libc and OpenMP: it builds in about a second (``-O3 -march=native
@@ -73,6 +74,7 @@ SIGNATURES = {
     "bs_linear_bf16_pairs": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
     "bs_amx_available": [],
     "bs_prefill_attention_pairs_available": [],
+    "bs_decode_pairs_takes": [INT],  # head dim
     "bs_amx_depth": [I64],  # in features -> padded to whole tile rows
     "bs_pack_linear_amx": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_amx": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
@@ -80,7 +82,7 @@ SIGNATURES = {
 }
 RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
                "bs_nucleus_thresholds",
-               "bs_prefill_attention_pairs_available",
+               "bs_prefill_attention_pairs_available", "bs_decode_pairs_takes",
                "bs_linear_amx", "bs_decoder_layer"}
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
@@ -351,6 +353,13 @@ def bf16_prefill_attention() -> bool:
     or AVX512-BF16 dot products; queries and softmax weights rounded to bf16, as flash-attn's bf16
     path does), rather than in fp32 on the vector paths."""
     return load() is not None and bool(load().bs_prefill_attention_pairs_available())
+
+
+def bf16_decode_attention(head_dim: int) -> bool:
+    """Whether a bf16 cache's rows attended one by one (decodes; every row of a batch-invariant step)
+    multiply in bf16 here at this head dim, as the prefill chunks do (``decode_pairs.c``, AVX512-BF16),
+    rather than widened to fp32."""
+    return load() is not None and bool(load().bs_decode_pairs_takes(head_dim))
 
 
 @functools.cache

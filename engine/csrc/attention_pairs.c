@@ -169,13 +169,6 @@ static void scores_on_tiles(const Args *c, const Lane *l, const Scratch *sc, int
 
 #endif
 
-/* The query's pair of dims 2p, 2p + 1 at `at` (bf16), in every 32-bit lane. */
-static inline __m512bh pair_of(const uint16_t *at) {
-    uint32_t pair;
-    memcpy(&pair, at, sizeof pair);
-    return (__m512bh)_mm512_set1_epi32((int)pair);
-}
-
 /* The scores of rows 0..rows-1 of the block against every key block, as scores_on_tiles: 8 rows x
  * 32 keys of accumulators, each key half one vector. */
 static void scores_on_vectors(const Args *c, const Lane *l, const Scratch *sc, int64_t nkeys, int rows) {
@@ -200,25 +193,6 @@ static void scores_on_vectors(const Args *c, const Lane *l, const Scratch *sc, i
                 _mm512_storeu_ps(s, lo[i]), _mm512_storeu_ps(s + 16, hi[i]);
             }
         }
-}
-
-/* exp(x) for x <= 0, as vec.h's vexp (Cephes' range reduction and polynomial) but on AVX-512's own
- * rounding and scaling (VRNDSCALEPS, VSCALEFPS) instead of its clamps and selects: half the
- * instructions, for weights that are rounded to bf16 next. Below -110 (the mask's -3.4e38 minus the
- * max) it clamps to -110, whose 2^-159 scale underflows to 0. */
-static inline vf exp_of_weight(vf x) {
-    const __m512 c = _mm512_max_ps((__m512)x, _mm512_set1_ps(-110.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), c);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_P0), r, _mm512_set1_ps(EXP_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return (vf)_mm512_scalef_ps(p, n);
 }
 
 /* Row i (at position pos) of the scores into bf16 weights exp(s - max) over its visible keys; returns

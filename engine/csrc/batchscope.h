@@ -116,6 +116,12 @@ int bs_prefill_attention_pairs(const Args *a, const int32_t *segments, int count
                                const int32_t *row_count, const int32_t *num_cached, const int32_t *tables,
                                int64_t table_stride, int max_keys, int num_threads);
 
+/* decode_pairs.c: one row of a bf16 cache on bf16 products (AVX512-BF16), for the head dims where
+ * bs_decode_pairs_takes; q: heads x dim bf16 of scratch, scores: heads rows `stride` floats apart */
+int bs_decode_pairs_takes(int dim);
+void bs_decode_row_pairs(const Args *a, const int32_t *table, int64_t row, int64_t pos, uint16_t *q, float *scores,
+                         int64_t stride);
+
 /* decoder_layer.c: one layer on the residual rows x [rows, hidden], in place; with `keep` (NULL: every
  * row), only rows keep[0..kept) past attention, into x's first kept rows; 0, or a kernel's status. */
 int bs_decoder_layer(const LayerDesc *l, const StepDesc *s, float *x, void *k_cache, void *v_cache,

@@ -13,7 +13,8 @@
  * the key's kv heads, as the cache stores them); chunks of many rows take attend_rows (below).
  * Per row: scores for every key, their max, exp and sum, then the weighted sum of the values, all
  * in fp32 with a fixed order that depends only on the row's own keys (a row's result does not
- * depend on the other rows of the step). Vector helpers: vec.h.
+ * depend on the other rows of the step). A bf16 cache's rows multiply in bf16 instead where the CPU
+ * has AVX512-BF16 (decode_pairs.c), in the same fixed order. Vector helpers: vec.h.
  */
 #include <stdlib.h>
 
@@ -266,8 +267,10 @@ static void attend_f32(const Args *a, const int32_t *table, int64_t row, int64_t
     attend(a, table, row, pos, sc, 0);
 }
 
+/* A bf16 cache's rows on bf16 products where the CPU has them (decode_pairs.c), else widened to fp32. */
 static void attend_bf16(const Args *a, const int32_t *table, int64_t row, int64_t pos, Scratch *sc) {
-    attend(a, table, row, pos, sc, 1);
+    if (bs_decode_pairs_takes(a->dim)) bs_decode_row_pairs(a, table, row, pos, (uint16_t *)sc->q, sc->scores, sc->stride);
+    else attend(a, table, row, pos, sc, 1);
 }
 
 /* Many rows of one segment at once (a prefill chunk): rows in the 16 vector lanes. Each query head's

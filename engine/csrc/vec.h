@@ -118,7 +118,7 @@ static inline vf vselect(vi mask, vf a, vf b) {
 }
 
 /* Cephes expf's split of ln 2 (x = n ln2 + r) and its polynomial for exp(r) - 1 - r, highest term
- * first (vexp, and attention_pairs.c's exp_of_weight). */
+ * first (vexp and exp_of_weight). */
 #define EXP_LN2_HI 0.693359375f
 #define EXP_LN2_LO -2.12194440e-4f
 #define EXP_P0 1.9875691500e-4f
@@ -149,5 +149,33 @@ static inline vf vexp(vf x) {
     memcpy(&scale, &e, sizeof scale);
     return vselect(keep, p * scale, zero);
 }
+
+#if defined(__AVX512BF16__)
+/* The bf16 pair at `at` (a query's dims 2p, 2p + 1; two keys' weights), in every 32-bit lane. */
+static inline __m512bh pair_of(const uint16_t *at) {
+    uint32_t pair;
+    memcpy(&pair, at, sizeof pair);
+    return (__m512bh)_mm512_set1_epi32((int)pair);
+}
+
+/* exp(x) for x <= 0, as vexp (Cephes' range reduction and polynomial) but on AVX-512's own
+ * rounding and scaling (VRNDSCALEPS, VSCALEFPS) instead of its clamps and selects: half the
+ * instructions, for weights that are rounded to bf16 next. Below -110 (the mask's -3.4e38 minus the
+ * max) it clamps to -110, whose 2^-159 scale underflows to 0. */
+static inline vf exp_of_weight(vf x) {
+    const __m512 c = _mm512_max_ps((__m512)x, _mm512_set1_ps(-110.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), c);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_P0), r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return (vf)_mm512_scalef_ps(p, n);
+}
+#endif
 
 #endif
