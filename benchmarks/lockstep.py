@@ -29,6 +29,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams, cpu_kernels
 
+from . import neighbour
 from .settings import SETTINGS
 from .workloads import WORKLOADS, Workload, build
 
@@ -122,6 +123,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model", default="default", help="'default', an HF directory or a .gguf")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kv-cache-gb", type=float, default=0.5, help="each engine's KV pool (GiB)")
+    parser.add_argument("--neighbour", type=neighbour.argument, default=None, metavar="BUSY_MS,PERIOD_MS",
+                        help="a process busy BUSY_MS of every PERIOD_MS beside the run (benchmarks/neighbour.py)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: print only)")
     return parser.parse_args(argv)
 
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, neighbour.running(args.neighbour):
         libraries = {"current": cpu_kernels.load(), "baseline": baseline_library(args.baseline, Path(tmp))}
         engines = {name: make_engine(args) for name in libraries}
         vocab = engines["current"].loaded.config.vocab_size
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"round {r}: current / baseline time " + ", ".join(f"{k} {v:.3f}" for k, v in rounds[-1].items()),
                   flush=True)
     result = {"baseline": args.baseline, "dtype": args.dtype, "workload": args.workload, "setting": args.setting,
-              "rounds": rounds, "summary": summary(rounds)}
+              "neighbour": args.neighbour and vars(args.neighbour), "rounds": rounds, "summary": summary(rounds)}
     print("median [min-max]: " + ", ".join(f"{k} {s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}]"
                                            for k, s in result["summary"].items()))
     if args.out is not None:

@@ -2,6 +2,7 @@
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,12 +107,27 @@ def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_d
         pytest.skip("no C compiler: the CPU kernels are off")
     out = tmp_path / "lockstep.json"
     result = lockstep.main(["--baseline", str(cpu_kernels.SOURCES), "--model", tiny_model_dir, "--setting", "tiny",
-                            "--rounds", "2", "--kv-cache-gb", "0.01", "--out", str(out)])
+                            "--rounds", "2", "--kv-cache-gb", "0.01", "--neighbour", "0.2,1", "--out", str(out)])
+    assert result["neighbour"] == {"busy_ms": 0.2, "period_ms": 1.0}
     assert len(result["rounds"]) == 2
     assert set(result["summary"]) == {"prefill", "decode", "all"}
     assert all(r["all"] > 0 for r in result["rounds"])
     assert json.loads(out.read_text()) == result
     assert cpu_kernels.load() is cpu_kernels.built()  # the baseline was swapped out again
+
+
+def test_a_neighbour_burns_beside_the_block_and_is_gone_after_it():
+    from benchmarks.neighbour import Neighbour, running
+
+    with running(Neighbour.parse("0.5,2.5")) as process:
+        time.sleep(0.3)
+        assert process.poll() is None  # still burning
+    assert process.returncode is not None
+    with running(None) as nothing:
+        assert nothing is None
+    for bad in ("2.5,0.5", "0,1", "1", "a,b"):
+        with pytest.raises(ValueError, match="--neighbour"):
+            Neighbour.parse(bad)
 
 
 def test_lockstep_refuses_a_baseline_of_another_interface(tmp_path):
