@@ -57,7 +57,8 @@ def running(neighbour: Neighbour | None) -> Iterator[subprocess.Popen | None]:
     if neighbour is None:
         yield None
         return
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.neighbour", f"{neighbour.busy_ms},{neighbour.period_ms}"])
+    spec = f"{neighbour.busy_ms},{neighbour.period_ms}"
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.neighbour", spec])
     try:
         yield process
     finally:

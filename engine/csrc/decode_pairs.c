@@ -14,8 +14,10 @@
  * cache ~22-28 cycles a (head, key) (BENCHMARKS.md, "Decode attention's arithmetic"). 15-16 decode
  * rows of ~225 keys over 30 layers' caches (2 threads, data from DRAM): 0.79-0.82x the time at
  * SmolLM2's and Qwen2.5-0.5B's heads, 0.78x at 1.5B's; W1's decode-only steps in bf16
- * (benchmarks.lockstep, 3 rounds) 0.978x at 135M, 0.977x at the 0.5B shape. From DRAM the kernel is
- * now bound by its stream: a fifth of its samples wait on prefetch instructions.
+ * (benchmarks.lockstep, 3 rounds, three runs and two) 0.978-0.988x at 135M, 0.976-0.977x at the 0.5B
+ * shape. From DRAM the kernel is now bound by its stream: a fifth of its samples wait on prefetch
+ * instructions. (An earlier trial of the same arithmetic read 0.915x from DRAM and 0.999x in W1; see
+ * prefetch_share and load_pairs for two ways GCC 12 can lose what this kernel gains.)
  *
  * Scratch: the row's bf16 queries (heads x dim) and its scores, heads rows `stride` floats apart;
  * each head's bf16 weights are written over the start of its own scores row (16 at a time, left to
@@ -46,8 +48,9 @@ static inline int64_t key_offset(const Args *a, const int32_t *table, int64_t j)
  * over the heads' work, not one burst, the misses stay in flight while the heads compute (a burst
  * waits for free miss buffers; paged_attention.c's prefetch_keys). Always inlined: GCC takes a
  * function of prefetches only for one without effects and drops its calls. */
-static inline __attribute__((always_inline)) void prefetch_share(const Args *a, const void *cache, const int32_t *table, int64_t next, int h,
-                                  int64_t nkeys) {
+static inline __attribute__((always_inline)) void prefetch_share(const Args *a, const void *cache,
+                                                                 const int32_t *table, int64_t next, int h,
+                                                                 int64_t nkeys) {
     const int64_t bytes = (int64_t)a->kv_heads * a->dim * 2;
     for (int64_t key = next + h * LANES / a->heads; key < next + (h + 1) * LANES / a->heads && key < nkeys; key++) {
         const char *row = (const char *)((const uint16_t *)cache + key_offset(a, table, key));

@@ -138,10 +138,11 @@ int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packe
         for (int64_t r = 0; r < m; r++) to_bf16_pairs(x + r * x_stride, k, (uint16_t *)(xb + r * pairs));
 /* Panels handed out in shrinking chunks (guided, as gemm.c), not halves: on 2 vCPUs shared with an
  * API server's event loop and its clients, a thread descheduled for a moment left the other waiting at
- * the barrier with nothing to take. W1 bf16 step by step (benchmarks.lockstep, 3 rounds) beside a
- * neighbour process busy 0.5 ms every 2.5 ms: prefill-heavy steps 0.962-0.976x the time at 135M,
- * 0.948x at the 0.5B shape, decode-only 0.971-0.985x; alone 0.996-1.004x. (One panel at a time: the
- * next-panel prefetch lands in the other thread's cache, decode 1.09x.) */
+ * the barrier with nothing to take. W1 bf16 step by step (benchmarks.lockstep --neighbour 0.5,2.5,
+ * 3 rounds, five runs): all steps 0.966-0.990x the time at 135M (prefill-heavy 0.959-0.986x,
+ * decode-only 0.981-1.007x), 0.949x and 0.970x at the 0.5B shape; alone 0.996-1.004x; beside a
+ * neighbour busy 5 ms of every 25, 0.995x. (One panel at a time: the next-panel prefetch lands in the
+ * other thread's cache, decode 1.09x.) */
 #pragma omp for schedule(guided)
         for (int64_t p = 0; p < panels; p++) {
             const uint16_t *panel = packed + p * pairs * PANEL * 2;
