@@ -17,7 +17,7 @@
  * (benchmarks.lockstep, 3 rounds, three runs and two) 0.978-0.988x at 135M, 0.976-0.977x at the 0.5B
  * shape. From DRAM the kernel is now bound by its stream: a fifth of its samples wait on prefetch
  * instructions. (An earlier trial of the same arithmetic read 0.915x from DRAM and 0.999x in W1; see
- * prefetch_share and load_pairs for two ways GCC 12 can lose what this kernel gains.)
+ * prefetch_keys (paged_rows.h) and load_pairs for two ways GCC 12 can lose what this kernel gains.)
  *
  * Scratch: the row's bf16 queries (heads x dim) and its scores, heads rows `stride` floats apart;
  * each head's bf16 weights are written over the start of its own scores row (16 at a time, left to
@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "batchscope.h"
+#include "paged_rows.h"
 #include "vec.h"
 
 #if defined(__AVX512BF16__)
@@ -35,29 +36,6 @@
  * 32 and 64, 2 at 128. */
 #define HEADS_AT_ONCE_64 6
 #define HEADS_AT_ONCE_128 2
-/* Key groups of 16 ahead whose keys pass 1 prefetches into L2, as paged_attention.c's row path. */
-#define KEYS_AHEAD 2
-#define VALUES_IN_L2 (256 << 10)
-
-static inline int64_t key_offset(const Args *a, const int32_t *table, int64_t j) {
-    int64_t slot = (int64_t)table[j >> __builtin_ctz(a->block_size)] * a->block_size + (j & (a->block_size - 1));
-    return slot * a->kv_heads * a->dim;
-}
-
-/* Into L2: query head h's share of keys next .. next + 15 below nkeys (every kv head of each): spread
- * over the heads' work, not one burst, the misses stay in flight while the heads compute (a burst
- * waits for free miss buffers; paged_attention.c's prefetch_keys). Always inlined: GCC takes a
- * function of prefetches only for one without effects and drops its calls. */
-static inline __attribute__((always_inline)) void prefetch_share(const Args *a, const void *cache,
-                                                                 const int32_t *table, int64_t next, int h,
-                                                                 int64_t nkeys) {
-    const int64_t bytes = (int64_t)a->kv_heads * a->dim * 2;
-    for (int64_t key = next + h * LANES / a->heads; key < next + (h + 1) * LANES / a->heads && key < nkeys; key++) {
-        const char *row = (const char *)((const uint16_t *)cache + key_offset(a, table, key));
-        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at, 0, 2);
-    }
-}
-
 /* 32 bf16 at p as 16 pairs (a memcpy: GCC 12 casting a loaded __m512i to __m512bh inside an expression
  * stored it to the stack and loaded it back, every time). */
 static inline __m512bh load_pairs(const uint16_t *p) {
@@ -85,17 +63,17 @@ static inline __attribute__((always_inline)) void score_keys(const Args *a, cons
                                                              const uint16_t *q, float *scores, int64_t stride,
                                                              const int C) {
     const int group = a->heads / a->kv_heads;
-    const int early = nkeys * a->kv_heads * a->dim * 2 <= VALUES_IN_L2;
+    const int early = values_early(a, nkeys, 1);
     int64_t off[LANES];
     for (int64_t j = 0; j < KEYS_AHEAD * LANES; j += LANES)
-        for (int h = 0; h < a->heads; h++) prefetch_share(a, a->k_cache, table, j, h, nkeys);
+        for (int h = 0; h < a->heads; h++) prefetch_keys(a, a->k_cache, 1, table, j, h, nkeys);
     for (int64_t j = 0; j < nkeys; j += LANES) {
         for (int k = 0; k < LANES; k++) off[k] = key_offset(a, table, j + k < nkeys ? j + k : 0);
         for (int g = 0; g < a->kv_heads; g++) {
             const int64_t head = (int64_t)g * a->dim;
             for (int h = g * group; h < (g + 1) * group; h++) {
-                prefetch_share(a, a->k_cache, table, j + KEYS_AHEAD * LANES, h, nkeys);
-                if (early) prefetch_share(a, a->v_cache, table, j, h, nkeys);
+                prefetch_keys(a, a->k_cache, 1, table, j + KEYS_AHEAD * LANES, h, nkeys);
+                if (early) prefetch_keys(a, a->v_cache, 1, table, j, h, nkeys);
                 __m512bh qv[4];  /* C of them (fixed sizes: a variable-length array lives in memory) */
                 for (int c = 0; c < C; c++) qv[c] = load_pairs(q + (int64_t)h * a->dim + c * 32);
                 store(scores + h * stride + j, score16(qv, a->k_cache, off, head, C));
@@ -139,7 +117,7 @@ static inline __attribute__((always_inline)) void weigh_heads(const Args *a, con
         for (int c = 0; c < 2 * C; c++) acc[h][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nkeys; j += 2) {
         if (!early && j % LANES == 0)
-            for (int h = 0; h < a->heads; h++) prefetch_share(a, v_cache, table, j + LANES, h, nkeys);
+            for (int h = 0; h < a->heads; h++) prefetch_keys(a, v_cache, 1, table, j + LANES, h, nkeys);
         const uint16_t *v0 = v_cache + key_offset(a, table, j) + head;
         const uint16_t *v1 = j + 1 < nkeys ? v_cache + key_offset(a, table, j + 1) + head : v0;  /* weight 0 */
         __m512bh pairs[8];
@@ -166,7 +144,7 @@ static inline __attribute__((always_inline)) void weigh_values(const Args *a, co
                                                                const float *scores, int64_t stride, const float *inv,
                                                                float *out, const int C, const int at_once) {
     const int group = a->heads / a->kv_heads;
-    const int early = nkeys * a->kv_heads * a->dim * 2 <= VALUES_IN_L2;
+    const int early = values_early(a, nkeys, 1);
     for (int g = 0; g < a->kv_heads; g++)
         for (int h0 = g * group, left = group, passes = (group + at_once - 1) / at_once; left > 0; passes--) {
             const int n = (left + passes - 1) / passes;
