@@ -247,6 +247,15 @@ def test_the_bf16_kernels_round_x_as_torch_does_bit_for_bit(bf16_kernel):
     assert torch.equal(layer(x), x.to(torch.bfloat16).float())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_linear_without_depth_gives_its_bias(dtype, bf16_kernel):
+    """in_features 0: no product at all, so every row is the bias (or zeros without one); the row
+    blocks themselves take the depth to be at least 1 (linear_rows.h)."""
+    bias = torch.arange(40, dtype=torch.float32)
+    assert torch.equal(KernelLinear(torch.empty(40, 0, dtype=dtype), bias)(torch.empty(3, 0)), bias.expand(3, 40))
+    assert torch.equal(KernelLinear(torch.empty(40, 0, dtype=dtype), None)(torch.empty(3, 0)), torch.zeros(3, 40))
+
+
 def check_linear(dtype: torch.dtype, rounds_x: bool):
     gen = torch.Generator().manual_seed(2)
     weight, bias = torch.randn(90, 70, generator=gen).to(dtype), torch.randn(90, generator=gen)

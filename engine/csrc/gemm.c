@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "batchscope.h"
+#include "linear_rows.h"
 #include "vec.h"
 
 #define PANEL 32
@@ -56,6 +57,7 @@ static inline __attribute__((always_inline)) void block_rows(const float *x, int
                                                              int bf16, const float *bias, float *out, int64_t n,
                                                              int64_t k, int64_t panel, int rows, int next) {
     vf lo[BS_LINEAR_ROWS], hi[BS_LINEAR_ROWS];
+    ACCUMULATORS_IN_REGISTERS(k)
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = (vf){0};
     const int64_t base = panel * k * PANEL;
     for (int64_t d = 0; d < k; d++) {
@@ -136,6 +138,7 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
     const int64_t block = m <= BS_LINEAR_ROWS ? m : BS_LINEAR_PASS_ROWS;
     /* the next panel, in the last pass */
     const int prefetching = m > BS_LINEAR_ROWS && m <= NEXT_PANEL_PASSES * BS_LINEAR_PASS_ROWS;
+    if (k < 1) return no_depth(bias, out, m, n);
 #pragma omp parallel for num_threads(num_threads) schedule(guided, 2)
     for (int64_t p = 0; p < panels; p++)
         for (int64_t r = 0; r < m; r += block) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "batchscope.h"
+#include "linear_rows.h"
 #include "vec.h"
 
 #if defined(__AVX512BF16__)
@@ -62,6 +63,7 @@ static inline __attribute__((always_inline)) void block_rows(const uint32_t *xb,
                                                              const float *bias, int64_t col, float *out, int64_t n,
                                                              int rows, const uint16_t *next) {
     __m512 lo[BS_LINEAR_ROWS], hi[BS_LINEAR_ROWS];
+    ACCUMULATORS_IN_REGISTERS(pairs)
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = _mm512_setzero_ps();
     for (int64_t d = 0; d < pairs; d++) {
         const char *ahead = (const char *)(panel + (d + PREFETCH) * PANEL * 2);
@@ -130,6 +132,7 @@ int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packe
     const int64_t pairs = (k + 1) / 2, panels = n / PANEL;
     const int64_t passes = m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
     const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
+    if (k < 1) return no_depth(bias, out, m, n), 0;
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
 #pragma omp parallel num_threads(num_threads)
