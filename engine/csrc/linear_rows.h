@@ -6,7 +6,10 @@
  * rows, two calls of up to 960 bytes on the stack per panel and block, 2.7% of W1 bf16's samples at
  * 135M (`perf`, steady state); below 9 rows, the same zeros stored to the stack. Unrolled first, and
  * with the depth known to be at least 1 (so no path reads the arrays without the loop over the depth),
- * they stay in registers. */
+ * they stay in registers: SmolLM2-135M's four linears alone (bf16, weights in cache, 2 threads,
+ * alternating with the memset build) 0.961x the time at 256 rows, 0.956x at 13, 0.979x at 16; fp32
+ * 0.975x at 256 rows; W1 step by step (benchmarks.lockstep, 3 rounds), all steps 0.976x at 135M bf16
+ * (prefill-heavy 0.969x), 0.973x fp32, 0.976x at the 0.5B shape bf16; the same bits. */
 #ifndef BATCHSCOPE_LINEAR_ROWS_H
 #define BATCHSCOPE_LINEAR_ROWS_H
 #include <stdint.h>
