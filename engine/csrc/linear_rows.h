@@ -14,7 +14,7 @@
 #define BATCHSCOPE_LINEAR_ROWS_H
 #include <stdint.h>
 
-/* Put before the loop that zeroes a block's accumulators, `depth` the loop after it's trip count. */
+/* Put before the loop that zeroes a block's accumulators, `depth` the trip count of the loop after it. */
 #define ACCUMULATORS_IN_REGISTERS(depth)      \
     if ((depth) < 1) __builtin_unreachable(); \
     _Pragma("GCC unroll 16")
