@@ -256,6 +256,27 @@ def test_a_linear_without_depth_gives_its_bias(dtype, bf16_kernel):
     assert torch.equal(KernelLinear(torch.empty(40, 0, dtype=dtype), None)(torch.empty(3, 0)), torch.zeros(3, 40))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_panel_is_computed_once_whatever_the_threads(dtype, bf16_kernel):
+    """The threads start on shares of the panels and take over each other's last ones
+    (panel_shares.h): with more threads than cores (so some run late and others steal), more than
+    panels, or one, every output column is computed, and the same bits as on one thread."""
+    gen = torch.Generator().manual_seed(7)
+    previous = torch.get_num_threads()
+    for panels in (1, 3, 7, 40):
+        layer = KernelLinear(torch.randn(32 * panels, 48, generator=gen).to(dtype), torch.randn(32 * panels))
+        x = torch.randn(20, 48, generator=gen)
+        try:
+            torch.set_num_threads(1)
+            alone = layer(x)
+            for threads in (2, 3, 5, 8):
+                torch.set_num_threads(threads)
+                for _ in range(5):
+                    assert torch.equal(layer(x), alone), (panels, threads)
+        finally:
+            torch.set_num_threads(previous)
+
+
 def check_linear(dtype: torch.dtype, rounds_x: bool):
     gen = torch.Generator().manual_seed(2)
     weight, bias = torch.randn(90, 70, generator=gen).to(dtype), torch.randn(90, generator=gen)

@@ -11,10 +11,12 @@
  * does not depend on how many rows the call has or where the row sits in it (what
  * EngineConfig.batch_invariant relies on).
  */
+#include <omp.h>
 #include <stdlib.h>
 
 #include "batchscope.h"
 #include "linear_rows.h"
+#include "panel_shares.h"
 #include "vec.h"
 
 #define PANEL 32
@@ -31,7 +33,7 @@
 /* From 16 rows on a panel takes more than one pass, the later ones from L2 and bound by arithmetic:
  * the last pass prefetches the next panel into L2 (its 32 columns at each depth the pass reads), so
  * that the next panel's first pass does not wait for DRAM (the next panel is most often this
- * thread's own: panels go out in guided runs). Only with two passes (16-24 rows), as in
+ * thread's own: panels go out in consecutive shares). Only with two passes (16-24 rows), as in
  * gemm_bf16.c, where more passes gained nothing and prefill sizes lost. W1 fp32 step by step
  * (benchmarks.lockstep, 3 rounds): decode-only steps 0.987x the time at 135M, 0.968x at the 0.5B
  * shape; prefill-heavy steps 0.995x and 1.002x. */
@@ -126,11 +128,11 @@ void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed)
  * BS_LINEAR_ROWS rows go in one block (7 rows: one pass over the weights, not 4 + 2 + 1; 1.3x at 7
  * rows); more in blocks of BS_LINEAR_PASS_ROWS, and what is left in one block of its own size. A
  * block's rows each keep their own chain, so a row's result does not depend on its block.
- * Panels are handed out guided (halving runs of consecutive panels, down to 2): a thread still
- * streams long runs of the weights, and the faster thread takes the last panels when the two
- * vCPUs run at different speeds (they do, by up to 20% from moment to moment on a shared host).
- * W1 fp32, step by step against static halves in one process: prefill-heavy steps 1.00-1.11x,
- * median 1.04; decode steps 1.01x. (Single panels, or panels split by rows, did worse.) */
+ * Panels go out in shares that a thread which runs out takes over from the back (panel_shares.h):
+ * each thread streams long runs of the weights, and the faster one takes the last panels when the
+ * two vCPUs run at different speeds (they do, by up to 20% from moment to moment on a shared host).
+ * (Guided runs measured 1.00-1.11x better than static halves in prefill; single panels, or panels
+ * split by rows, did worse.) */
 void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, const float *bias, float *out,
                int64_t m, int64_t n, int64_t k, int num_threads) {
     const Kernel *kernels = bf16 ? KERNELS_BF16 : KERNELS_F32;
@@ -139,11 +141,17 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
     /* the next panel, in the last pass */
     const int prefetching = m > BS_LINEAR_ROWS && m <= NEXT_PANEL_PASSES * BS_LINEAR_PASS_ROWS;
     if (k < 1) return no_depth(bias, out, m, n);
-#pragma omp parallel for num_threads(num_threads) schedule(guided, 2)
-    for (int64_t p = 0; p < panels; p++)
-        for (int64_t r = 0; r < m; r += block) {
-            const int64_t rows = m - r < block ? m - r : block;
-            const int next = prefetching && r + rows == m && p + 1 < panels;
-            kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
-        }
+    PanelShare shares[BS_MAX_SHARES];
+    const int threads = share_panels(shares, num_threads, panels);
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t first, last, until;
+        while (take_run(shares, threads, omp_get_thread_num(), &first, &last, &until))
+            for (int64_t p = first; p < last; p++)
+                for (int64_t r = 0; r < m; r += block) {
+                    const int64_t rows = m - r < block ? m - r : block;
+                    const int next = prefetching && r + rows == m && p + 1 < until;
+                    kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
+                }
+    }
 }

@@ -11,10 +11,12 @@
 
 #include "batchscope.h"
 #include "linear_rows.h"
+#include "panel_shares.h"
 #include "vec.h"
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
+#include <omp.h>
 
 #define PANEL 32
 /* Depth pairs ahead whose weights are prefetched (4 KB of panel, as gemm.c). With balanced row blocks
@@ -133,29 +135,27 @@ int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packe
     const int64_t passes = m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
     const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
     if (k < 1) return no_depth(bias, out, m, n), 0;
+    PanelShare shares[BS_MAX_SHARES];
     uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
     if (!xb) return -2;
-#pragma omp parallel num_threads(num_threads)
-    {
+    const int threads = share_panels(shares, num_threads, panels);
+#pragma omp parallel num_threads(threads)
+    { /* panels from shares the threads take over from each other (panel_shares.h) */
 #pragma omp for schedule(static)  /* x to bf16 pairs, rows shared by the threads */
         for (int64_t r = 0; r < m; r++) to_bf16_pairs(x + r * x_stride, k, (uint16_t *)(xb + r * pairs));
-/* Panels handed out in shrinking chunks (guided, as gemm.c), not halves: on 2 vCPUs shared with an
- * API server's event loop and its clients, a thread descheduled for a moment left the other waiting at
- * the barrier with nothing to take. W1 bf16 step by step (benchmarks.lockstep --neighbour 0.5,2.5,
- * 3 rounds, five runs): all steps 0.966-0.990x the time at 135M (prefill-heavy 0.959-0.986x,
- * decode-only 0.981-1.007x), 0.949x and 0.970x at the 0.5B shape; alone 0.996-1.004x; beside a
- * neighbour busy 5 ms of every 25, 0.995x. (One panel at a time: the next-panel prefetch lands in the
- * other thread's cache, decode 1.09x.) */
-#pragma omp for schedule(guided)
-        for (int64_t p = 0; p < panels; p++) {
-            const uint16_t *panel = packed + p * pairs * PANEL * 2;
-            for (int64_t r = 0, left = m, blocks = passes; left > 0; blocks--) {
-                const int rows = (int)((left + blocks - 1) / blocks);
-                const uint16_t *next = prefetching && blocks == 1 && p + 1 < panels ? panel + pairs * PANEL * 2 : NULL;
-                KERNELS[rows](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n, next);
-                r += rows, left -= rows;
+        const int t = omp_get_thread_num();
+        int64_t first, last, until;
+        while (take_run(shares, threads, t, &first, &last, &until))
+            for (int64_t p = first; p < last; p++) {
+                const uint16_t *panel = packed + p * pairs * PANEL * 2;
+                const int ahead = prefetching && p + 1 < until;
+                for (int64_t r = 0, left = m, blocks = passes; left > 0; blocks--) {
+                    const int rows = (int)((left + blocks - 1) / blocks);
+                    const uint16_t *next = ahead && blocks == 1 ? panel + pairs * PANEL * 2 : NULL;
+                    KERNELS[rows](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n, next);
+                    r += rows, left -= rows;
+                }
             }
-        }
     }
     free(xb);
     return 0;
