@@ -20,8 +20,8 @@
  * A share is one 64-bit word, next panel and end, changed by compare-and-swap: the owner moves next
  * on, a thief moves end back. The owner takes a quarter of what is left at a time (one swap for a
  * run of panels: a swap a panel, whose lock stalls the thread's loads, read 1.019x the time in
- * decode-only steps; half at a time left too much to take over, 0.999x). Each share has its own cache
- * line, so the owner's swaps stay in its own cache until somebody steals. */
+ * decode-only steps; half at a time kept too much from a thread that runs out, 0.999x). Each share
+ * has its own cache line, so the owner's swaps stay in its own cache until somebody steals. */
 #ifndef BATCHSCOPE_PANEL_SHARES_H
 #define BATCHSCOPE_PANEL_SHARES_H
 #include <stdatomic.h>
