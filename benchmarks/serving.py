@@ -21,10 +21,11 @@ under the SLO (``--goodput ttft:2000 tpot:150``).
 The headline, per engine: the highest rate whose median run kept TTFT p99 <= 2 s and TPOT p99 <=
 150 ms, it and every rate below it (a rate kept above one missed is reported beside it, not as the
 limit), and the best goodput; then Batchscope / vLLM ratios of that highest rate (by the medians,
-by the rate kept in every repeat, and each repeat's own) and of goodput per rate, with their
-spread over the repeats; the table gives each rate's TPOT p99 and goodput run by run beside the
-medians, and the last line each server's output at the highest rate tried against what the client
-offered (past a server's limit, its capacity, which bounds the rate it sustains).
+by the rate kept in every repeat, and each repeat's own; a bound where a server kept every rate
+tried, or none: its limit lies above the highest, or below the lowest) and of goodput per rate,
+with their spread over the repeats; the table gives each rate's TPOT p99 and goodput run by run
+beside the medians, and the last line each server's output at the highest rate tried against what
+the client offered (past a server's limit, its capacity, which bounds the rate it sustains).
 Results: benchmarks/results/serving/serving.{json,md}.
 """
 from __future__ import annotations
@@ -197,12 +198,16 @@ def repeat_limits(by_rate: dict[str, list[dict]]) -> list[tuple[float | None, bo
     return limits
 
 
-def rate_ratio(ours: tuple[float | None, bool], theirs: tuple[float | None, bool]) -> dict | None:
-    """Batchscope's highest rate within the SLO over vLLM's; a server that kept every rate tried has
-    its limit higher still, so the ratio is then a bound ("at least", "at most"); None where either
-    kept none of the rates, or both kept them all."""
+def rate_ratio(ours: tuple[float | None, bool], theirs: tuple[float | None, bool], lowest: float) -> dict | None:
+    """Batchscope's highest rate within the SLO over vLLM's. A server that kept every rate tried has
+    its limit higher still, so the ratio is then a bound ("at least", "at most"); one that kept none
+    has it below the lowest rate tried ("more than" the other's rate over the lowest, "less than" the
+    lowest over the other's). None where neither kept any, or both kept them all."""
     (rate, ours_higher), (their_rate, theirs_higher) = ours, theirs
-    if not rate or not their_rate or (ours_higher and theirs_higher):
+    if not rate or not their_rate:
+        return ({"ratio": rate / lowest, "bound": "more than"} if rate else
+                {"ratio": lowest / their_rate, "bound": "less than"} if their_rate else None)
+    if ours_higher and theirs_higher:
         return None
     return {"ratio": rate / their_rate, "bound": "at least" if ours_higher else "at most" if theirs_higher else None}
 
@@ -223,9 +228,11 @@ def summarize(results: dict) -> dict:
                           "highest_rate_in_every_repeat": every,
                           "best_goodput": max(row["request_goodput"] for row in by_rate.values())}
     ours, theirs = limits["batchscope"], limits["vllm"]
-    rate_ratios = {"by_medians": rate_ratio(ours["by_medians"], theirs["by_medians"]),
-                   "in_every_repeat": rate_ratio(ours["in_every_repeat"], theirs["in_every_repeat"]),
-                   "per_repeat": [rate_ratio(a, b) for a, b in zip(ours["per_repeat"], theirs["per_repeat"], strict=True)]}
+    lowest = min(float(rate) for rate in results["batchscope"])
+    rate_ratios = {"by_medians": rate_ratio(ours["by_medians"], theirs["by_medians"], lowest),
+                   "in_every_repeat": rate_ratio(ours["in_every_repeat"], theirs["in_every_repeat"], lowest),
+                   "per_repeat": [rate_ratio(a, b, lowest)
+                                  for a, b in zip(ours["per_repeat"], theirs["per_repeat"], strict=True)]}
     ratios = {rate: paired_ratio(results, rate, "request_goodput") for rate in results["batchscope"]}
     best = headline["vllm"]["best_goodput"]
     headline["best_goodput_ratio"] = headline["batchscope"]["best_goodput"] / best if best else None
@@ -292,7 +299,8 @@ def top_rate_text(setting: Setting, summary: dict) -> str:
 def ratio_text(ratio: dict | None) -> str:
     if ratio is None:
         return "n/a"
-    return {"at least": ">= ", "at most": "<= ", None: ""}[ratio["bound"]] + f"{ratio['ratio']:.2f}x"
+    bounds = {"at least": ">= ", "at most": "<= ", "more than": "> ", "less than": "< ", None: ""}
+    return bounds[ratio["bound"]] + f"{ratio['ratio']:.2f}x"
 
 
 def highest_text(headline: dict, lowest: float) -> str:

