@@ -240,8 +240,8 @@ def summarize(results: dict) -> dict:
     per_repeat = {name: {rate: {metric: [run[metric] for run in runs] for metric in PER_REPEAT} for rate, runs in by_rate.items()}
                   for name, by_rate in results.items()}
     top = max(results["batchscope"], key=float)
-    return {"medians": medians, "per_repeat": per_repeat, "headline": headline, "highest_rate_ratio": rate_ratios,
-            "goodput_ratio_per_rate": ratios,
+    return {"medians": medians, "per_repeat": per_repeat, "headline": headline, "lowest_rate": lowest,
+            "highest_rate_ratio": rate_ratios, "goodput_ratio_per_rate": ratios,
             "highest_rate_output": {"rate": top, "ratio": paired_ratio(results, top, "output_throughput")}}
 
 
@@ -269,8 +269,7 @@ def markdown(setting: Setting, summary: dict) -> str:
                          f"{', '.join(f'{ms:.0f}' for ms in each['p99_tpot_ms'])} | "
                          f"{', '.join(f'{g:.2f}' for g in each['request_goodput'])} |")
     head = summary["headline"]
-    lowest = min(float(rate) for rate in summary["medians"][ENGINES[0]])
-    lines += ["", *(f"- {name}: highest rate within the SLO{highest_text(head[name], lowest)}, "
+    lines += ["", *(f"- {name}: highest rate within the SLO{highest_text(head[name], summary['lowest_rate'])}, "
                     f"best goodput {head[name]['best_goodput']:.2f} req/s" for name in ENGINES)]
     rates = summary["highest_rate_ratio"]
     lines.append(f"- highest rate within the SLO, Batchscope / vLLM: {ratio_text(rates['by_medians'])} by the medians, "
