@@ -64,14 +64,16 @@ SIGNATURES = {
     ],
     "bs_argmax_rows": [P, I64, I64, I64, P, INT],  # x, rows, columns, row stride, out (int64), threads
     "bs_nucleus_thresholds": [P, I64, I64, P, P, INT],  # probs, rows, vocab, top_p (fp64), theta (fp32), threads
-    "bs_add_rms_norm": [P, P, P, P, I64, I64, F32, INT],  # x, delta, weight, out, rows, hidden, eps, threads
-    "bs_silu_mul": [P, P, I64, I64, INT],  # gate_up, out, rows, intermediate, threads
+    # x, delta, weight, out, out in bf16, rows, hidden, eps, threads
+    "bs_add_rms_norm": [P, P, P, P, INT, I64, I64, F32, INT],
+    "bs_silu_mul": [P, P, INT, I64, I64, INT],  # gate_up, out, out in bf16, rows, intermediate, threads
     "bs_rotary": [P, I64, I64, INT, INT, P, P, INT],  # q/k, row stride, rows, heads, dim, cos, signed sin, threads
     "bs_pack_linear": [P, INT, I64, I64, P],  # weight, bf16, out features, in features, packed
     "bs_linear": [P, I64, P, INT, P, P, I64, I64, I64, INT],  # x, stride, packed, bf16, bias, out, m, n, k, threads
     "bs_linear_bf16_pairs_available": [],
     "bs_pack_linear_pairs": [P, I64, I64, P],  # weight (bf16), out features, in features, packed
     "bs_linear_bf16_pairs": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
+    "bs_linear_bf16_rows": [P, P, P, P, I64, I64, I64, INT],  # x (bf16), packed, bias, out, m, n, k, threads
     "bs_amx_available": [],
     "bs_prefill_attention_pairs_available": [],
     "bs_decode_pairs_takes": [INT],  # head dim
@@ -80,14 +82,15 @@ SIGNATURES = {
     "bs_linear_amx": [P, I64, P, P, P, I64, I64, I64, INT],  # x, stride, packed, bias, out, m, n, k, threads
     "bs_decoder_layer": [P, P, P, P, P, P, I64],  # layer, step (models/fused_layers.py), x, k/v cache, keep, kept
 }
-RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_amx_available",
+RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_linear_bf16_rows",
+               "bs_amx_available",
                "bs_nucleus_thresholds",
                "bs_prefill_attention_pairs_available", "bs_decode_pairs_takes",
                "bs_linear_amx", "bs_decoder_layer"}
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)
-ABI_VERSION = 2  # batchscope.h's BS_ABI_VERSION
+ABI_VERSION = 3  # batchscope.h's BS_ABI_VERSION
 MAX_HEADS, MAX_DIM = 128, 256  # query heads and head dim paged attention holds (BS_MAX_HEADS, BS_MAX_DIM)
 LINEAR_KERNELS = {"fp32": 0, "widen": 1, "pairs": 2, "amx": 3}  # a fused layer's linear kernel (LINEAR_*)
 
@@ -275,7 +278,7 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     _whole_vectors("hidden", hidden)
     out = torch.empty_like(x)
     load().bs_add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(),
-                           out.data_ptr(), rows, hidden, eps, torch.get_num_threads())
+                           out.data_ptr(), 0, rows, hidden, eps, torch.get_num_threads())
     return out
 
 
@@ -320,7 +323,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _operand("gate_up", gate_up, (rows, 2 * inter))
     _whole_vectors("intermediate", inter)
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
-    load().bs_silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, inter, torch.get_num_threads())
+    load().bs_silu_mul(gate_up.data_ptr(), out.data_ptr(), 0, rows, inter, torch.get_num_threads())
     return out
 
 

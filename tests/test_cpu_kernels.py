@@ -224,6 +224,33 @@ def test_an_unknown_bf16_kernel_is_refused(monkeypatch):
     cpu_kernels.bf16_kernel.cache_clear()
 
 
+@pytest.mark.skipif(cpu_kernels.load() is None or not cpu_kernels.load().bs_linear_bf16_pairs_available(),
+                    reason="no AVX512-BF16 here: the bf16 pairs kernel (and its bf16 inputs) do not run")
+def test_norm_and_silu_in_bf16_feed_the_pairs_kernel_the_same_bits_as_its_own_rounding():
+    """A fused layer on the pairs kernel has its norms and SiLU write bf16 (decoder_layer.c): each is
+    its fp32 result rounded as torch rounds, and the linear on those rows is the same bits as on the
+    fp32 rows it would round itself; an odd depth is refused."""
+    library, threads = cpu_kernels.load(), torch.get_num_threads()
+    gen = torch.Generator().manual_seed(3)
+    x, weight = torch.randn(37, 576, generator=gen), torch.randn(576, generator=gen)
+    normed, rounded = torch.empty(37, 576), torch.empty(37, 576, dtype=torch.bfloat16)
+    library.bs_add_rms_norm(x.data_ptr(), None, weight.data_ptr(), normed.data_ptr(), 0, 37, 576, 1e-5, threads)
+    library.bs_add_rms_norm(x.data_ptr(), None, weight.data_ptr(), rounded.data_ptr(), 1, 37, 576, 1e-5, threads)
+    assert torch.equal(rounded, normed.to(torch.bfloat16))
+    gate_up = torch.randn(37, 2 * 1536, generator=gen) * 8
+    act, act_rounded = torch.empty(37, 1536), torch.empty(37, 1536, dtype=torch.bfloat16)
+    library.bs_silu_mul(gate_up.data_ptr(), act.data_ptr(), 0, 37, 1536, threads)
+    library.bs_silu_mul(gate_up.data_ptr(), act_rounded.data_ptr(), 1, 37, 1536, threads)
+    assert torch.equal(act_rounded, act.to(torch.bfloat16))
+    layer = KernelLinear(torch.randn(96, 576, generator=gen).bfloat16(), torch.randn(96, generator=gen))
+    out = torch.empty(37, layer.packed.shape[0])
+    status = library.bs_linear_bf16_rows(rounded.data_ptr(), layer.packed.data_ptr(), layer.bias.data_ptr(),
+                                         out.data_ptr(), 37, out.shape[1], 576, threads)
+    assert status == 0 and torch.equal(out[:, :96], layer(normed))
+    assert library.bs_linear_bf16_rows(rounded.data_ptr(), layer.packed.data_ptr(), None, out.data_ptr(), 37,
+                                       out.shape[1], 575, threads) == -1
+
+
 def test_fp32_linear_equals_f_linear_and_a_rows_result_does_not_depend_on_the_batch():
     check_linear(torch.float32, rounds_x=False)
 

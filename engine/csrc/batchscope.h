@@ -10,7 +10,7 @@
 #define BATCHSCOPE_H
 #include <stdint.h>
 
-#define BS_ABI_VERSION 2
+#define BS_ABI_VERSION 3
 #define BS_MAX_HEADS 128  /* query heads paged attention holds per row (cpu_kernels.MAX_HEADS) */
 #define BS_MAX_DIM 256    /* head dim */
 #define BS_THREADED_ELEMENTS 65536  /* element-wise passes over more floats than this use every thread */
@@ -78,9 +78,9 @@ int bs_nucleus_thresholds(const float *probs, int64_t rows, int64_t vocab, const
                           int num_threads);
 
 /* elementwise.c */
-void bs_add_rms_norm(float *x, const float *delta, const float *weight, float *out, int64_t rows, int64_t hidden,
-                     float eps, int num_threads);
-void bs_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter, int num_threads);
+void bs_add_rms_norm(float *x, const float *delta, const float *weight, void *out, int bf16, int64_t rows,
+                     int64_t hidden, float eps, int num_threads);
+void bs_silu_mul(const float *gate_up, void *out, int bf16, int64_t rows, int64_t inter, int num_threads);
 void bs_rotary(float *qk, int64_t row_stride, int64_t rows, int heads, int dim, const float *cos, const float *sin,
                int num_threads);
 
@@ -94,6 +94,9 @@ int bs_linear_bf16_pairs_available(void);
 void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *packed);
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads);
+/* the same on rows already rounded to bf16 (xb [m, k] contiguous, k even); -1 where k is odd */
+int bs_linear_bf16_rows(const uint16_t *xb, const uint16_t *packed, const float *bias, float *out, int64_t m,
+                        int64_t n, int64_t k, int num_threads);
 
 /* gemm_amx.c */
 int bs_amx_available(void);

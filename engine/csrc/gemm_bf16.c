@@ -126,38 +126,69 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
     if (k % 2) row[k] = 0;
 }
 
-/* out [m, n] fp32 contiguous = bf16(x [m, k], rows x_stride apart) . w^T (+ bias); -2 out of memory.
- * Up to BS_LINEAR_ROWS rows go in one block; more in as few blocks of at most BS_LINEAR_PASS_ROWS as
- * they need, of balanced sizes (17 rows: 9 + 8, two passes over a panel rather than 12 + 5). */
+/* How a linear's rows go over its panels: up to BS_LINEAR_ROWS rows in one block; more in as few blocks
+ * of at most BS_LINEAR_PASS_ROWS as they need, of balanced sizes (17 rows: 9 + 8, two passes over a
+ * panel rather than 12 + 5). */
+typedef struct {
+    int64_t pairs, passes, m, n;
+    int prefetching, threads;  /* the next panel, in the last pass */
+    PanelShare shares[BS_MAX_SHARES];
+} Plan;
+
+static void plan_linear(Plan *p, int64_t m, int64_t n, int64_t k, int num_threads) {
+    p->pairs = (k + 1) / 2, p->m = m, p->n = n;
+    p->passes = m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
+    p->prefetching = p->passes <= NEXT_PANEL_PASSES && m >= 8;
+    p->threads = share_panels(p->shares, num_threads, n / PANEL);
+}
+
+/* This thread's part of out = xb . w^T (+ bias): panels from shares the threads take over from each
+ * other (panel_shares.h). In a parallel region of p->threads threads. */
+static void stream_panels(Plan *p, const uint32_t *xb, const uint16_t *packed, const float *bias, float *out) {
+    const int64_t pairs = p->pairs, m = p->m, n = p->n;
+    const int t = omp_get_thread_num();
+    int64_t first, last, until;
+    while (take_run(p->shares, p->threads, t, &first, &last, &until))
+        for (int64_t c = first; c < last; c++) {
+            const uint16_t *panel = packed + c * pairs * PANEL * 2;
+            const int ahead = p->prefetching && c + 1 < until;
+            for (int64_t r = 0, left = m, blocks = p->passes; left > 0; blocks--) {
+                const int rows = (int)((left + blocks - 1) / blocks);
+                const uint16_t *next = ahead && blocks == 1 ? panel + pairs * PANEL * 2 : NULL;
+                KERNELS[rows](xb + r * pairs, pairs, panel, bias, c * PANEL, out + r * n, n, next);
+                r += rows, left -= rows;
+            }
+        }
+}
+
+/* out [m, n] fp32 contiguous = bf16(x [m, k], rows x_stride apart) . w^T (+ bias); -2 out of memory. */
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
-    const int64_t pairs = (k + 1) / 2, panels = n / PANEL;
-    const int64_t passes = m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
-    const int prefetching = passes <= NEXT_PANEL_PASSES && m >= 8;  /* the next panel, in the last pass */
     if (k < 1) return no_depth(bias, out, m, n), 0;
-    PanelShare shares[BS_MAX_SHARES];
-    uint32_t *xb = malloc(sizeof(uint32_t) * (m * pairs + 1));
+    Plan p;
+    plan_linear(&p, m, n, k, num_threads);
+    uint32_t *xb = malloc(sizeof(uint32_t) * (m * p.pairs + 1));
     if (!xb) return -2;
-    const int threads = share_panels(shares, num_threads, panels);
-#pragma omp parallel num_threads(threads)
-    { /* panels from shares the threads take over from each other (panel_shares.h) */
+#pragma omp parallel num_threads(p.threads)
+    {
 #pragma omp for schedule(static)  /* x to bf16 pairs, rows shared by the threads */
-        for (int64_t r = 0; r < m; r++) to_bf16_pairs(x + r * x_stride, k, (uint16_t *)(xb + r * pairs));
-        const int t = omp_get_thread_num();
-        int64_t first, last, until;
-        while (take_run(shares, threads, t, &first, &last, &until))
-            for (int64_t p = first; p < last; p++) {
-                const uint16_t *panel = packed + p * pairs * PANEL * 2;
-                const int ahead = prefetching && p + 1 < until;
-                for (int64_t r = 0, left = m, blocks = passes; left > 0; blocks--) {
-                    const int rows = (int)((left + blocks - 1) / blocks);
-                    const uint16_t *next = ahead && blocks == 1 ? panel + pairs * PANEL * 2 : NULL;
-                    KERNELS[rows](xb + r * pairs, pairs, panel, bias, p * PANEL, out + r * n, n, next);
-                    r += rows, left -= rows;
-                }
-            }
+        for (int64_t r = 0; r < m; r++) to_bf16_pairs(x + r * x_stride, k, (uint16_t *)(xb + r * p.pairs));
+        stream_panels(&p, xb, packed, bias, out);
     }
     free(xb);
+    return 0;
+}
+
+/* The same on rows already in bf16 (xb [m, k] contiguous, k even: elementwise.c's bf16 outputs), the
+ * same bits as bs_linear_bf16_pairs on their fp32 values. */
+int bs_linear_bf16_rows(const uint16_t *xb, const uint16_t *packed, const float *bias, float *out, int64_t m,
+                        int64_t n, int64_t k, int num_threads) {
+    if (k % 2) return -1;
+    if (k < 1) return no_depth(bias, out, m, n), 0;
+    Plan p;
+    plan_linear(&p, m, n, k, num_threads);
+#pragma omp parallel num_threads(p.threads)
+    stream_panels(&p, (const uint32_t *)xb, packed, bias, out);
     return 0;
 }
 
@@ -172,6 +203,12 @@ void bs_pack_linear_pairs(const uint16_t *w, int64_t n, int64_t k, uint16_t *pac
 int bs_linear_bf16_pairs(const float *x, int64_t x_stride, const uint16_t *packed, const float *bias, float *out,
                          int64_t m, int64_t n, int64_t k, int num_threads) {
     (void)x, (void)x_stride, (void)packed, (void)bias, (void)out, (void)m, (void)n, (void)k, (void)num_threads;
+    return -1;
+}
+
+int bs_linear_bf16_rows(const uint16_t *xb, const uint16_t *packed, const float *bias, float *out, int64_t m,
+                        int64_t n, int64_t k, int num_threads) {
+    (void)xb, (void)packed, (void)bias, (void)out, (void)m, (void)n, (void)k, (void)num_threads;
     return -1;
 }
 
