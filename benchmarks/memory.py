@@ -43,6 +43,15 @@ def _peak_rss() -> int | None:
     return total
 
 
+def oom_kills() -> int | None:
+    """Processes the Linux OOM killer has ended since boot (``/proc/vmstat``); None where not told."""
+    try:
+        match = re.search(r"^oom_kill (\d+)$", (PROC / "vmstat").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
 class PeakMemory:
     def __init__(self, device: torch.device, interval_s: float = 0.005):
         self.device = device

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .external import interpreter, missing_reason, resolved_model
+from .memory import oom_kills
 from .metrics import decode_efficiency, prefill_efficiency, run_ceilings
 from .peers import PeerContext
 from .report import agreement, machine_info
@@ -126,12 +127,13 @@ def _run_peers(results: dict, peers: dict[str, tuple[str, ...]], workloads: list
 
 def _open(results: dict, job: dict, timeout_s: float, in_process: bool, log):
     """The peer's session, loaded and warmed up; None (and the peer failed) if it would not start."""
-    peer, t = job["peer"], time.time()
+    peer, t, kills = job["peer"], time.time(), oom_kills()
     try:
         session = open_session(job, timeout_s, in_process, interpreter(peer))
     except RuntimeError as exc:  # the other peers still count
-        results["failed"][peer] = f"setup: {str(exc)[-2000:]}"
-        log(f"{peer}: FAILED to start after {time.time() - t:.0f} s: {str(exc)[-500:]}")
+        said = str(exc) + out_of_memory(kills)
+        results["failed"][peer] = f"setup: {said[-2000:]}"
+        log(f"{peer}: FAILED to start after {time.time() - t:.0f} s: {said[-500:]}")
         return None
     log(f"{peer}: loaded and warmed up ({time.time() - t:.0f} s)")
     results["peer_info"][peer] = session.info
@@ -140,18 +142,30 @@ def _open(results: dict, job: dict, timeout_s: float, in_process: bool, log):
 
 def _run_repeat(results: dict, peer: str, session, r: int, log) -> None:
     """Repeat ``r`` of one peer's workloads, merged into ``results``."""
-    t = time.time()
+    t, kills = time.time(), oom_kills()
     try:
         out = session.repeat(r)
     except RuntimeError as exc:
-        results["failed"][peer] = f"repeat {r}: {str(exc)[-2000:]}"
-        log(f"{peer}: FAILED in repeat {r} after {time.time() - t:.0f} s: {str(exc)[-500:]}")
+        said = str(exc) + out_of_memory(kills)
+        results["failed"][peer] = f"repeat {r}: {said[-2000:]}"
+        log(f"{peer}: FAILED in repeat {r} after {time.time() - t:.0f} s: {said[-500:]}")
         return
     log(f"{peer} (repeat {r}): " + ", ".join(f"{w} {e['figures']['output_tok_s']} tok/s" for w, e in out.items())
         + f" ({time.time() - t:.0f} s)")
     for w, entry in out.items():
         entries = results["workloads"][w]["peers"]
         entries[peer] = merge_repeats(entries.get(peer), entry)
+
+
+def out_of_memory(kills_before: int | None) -> str:
+    """A last line for a peer's failure when the OOM killer ended a process since ``kills_before``
+    (a worker's engine process dies without a word of why: vLLM's says only "Executor failed")."""
+    kills = oom_kills()
+    if kills_before is None or kills is None or kills <= kills_before:
+        return ""
+    return (f"\nthe Linux OOM killer ended {kills - kills_before} process(es) meanwhile (/proc/vmstat oom_kill): "
+            "the peers' workers, resident together, did not fit in memory; run fewer peers at once "
+            "(--peers A,B, then --peers C,D)")
 
 
 def _close(session) -> None:

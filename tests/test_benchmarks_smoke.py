@@ -417,3 +417,25 @@ def test_the_ceilings_are_the_run_with_its_steps_at_their_roofline():
     assert ceilings["decode_share"] == pytest.approx(100 / 300, abs=1e-3)
     assert ceilings["decode_at_roofline"] == pytest.approx(250 / 300, abs=1e-3)
     assert ceilings["all_at_roofline"] == pytest.approx(90 / 300, abs=1e-3)
+
+
+def test_a_peer_that_fails_while_the_oom_killer_ends_a_process_is_said_to_have_run_out_of_memory(monkeypatch):
+    """vLLM's worker, killed by the kernel for memory, says only "Executor failed"; the log line and
+    the report's last word on the peer say that memory ran out, and what to run instead. A failure
+    without a kill is reported as it was."""
+    from benchmarks import report, runner
+
+    class DiesInRepeat:
+        def repeat(self, r):
+            raise RuntimeError("Traceback ...\nRuntimeError: Executor failed.")
+
+    kills = iter([3, 4, 4, 4])
+    monkeypatch.setattr(runner, "oom_kills", lambda: next(kills))
+    results, log = {"failed": {}}, []
+    runner._run_repeat(results, "vllm_cpu", DiesInRepeat(), 0, log.append)
+    runner._run_repeat(results, "vllm_cpu_bf16", DiesInRepeat(), 1, log.append)
+    assert "Executor failed." in log[0] and "OOM killer ended 1 process(es)" in log[0]
+    assert "OOM" not in log[1] and results["failed"]["vllm_cpu_bf16"].endswith("Executor failed.")
+    said = report.markdown_tables({"workloads": {}, "failed": results["failed"]})
+    assert "- **vllm_cpu failed**: the Linux OOM killer ended 1 process(es) meanwhile" in said
+    assert "run fewer peers at once (--peers A,B, then --peers C,D)" in said
