@@ -131,7 +131,8 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
  * panel rather than 12 + 5). */
 typedef struct {
     int64_t pairs, passes, m, n;
-    int prefetching, threads;  /* the next panel, in the last pass */
+    int prefetching;  /* the next panel, in the last pass */
+    int threads;
     PanelShare shares[BS_MAX_SHARES];
 } Plan;
 
