@@ -46,7 +46,8 @@ typedef struct {
     int64_t table_stride;
     int segments, block_size, max_keys, invariant, bf16_cache, threads;
     float scale;
-    float *h, *qkv, *attn, *gate_up, *act, *delta;  /* scratch: [rows, hidden / qkv / q / 2 inter / inter / hidden] */
+    /* scratch: [rows, hidden / qkv / q / 2 inter / inter / hidden] floats (h and act hold bf16 on the pairs kernel) */
+    float *h, *qkv, *attn, *gate_up, *act, *delta;
 } StepDesc;
 
 /* One attention call's arguments, shared by paged_attention.c and attention_pairs.c (not Python's). */
