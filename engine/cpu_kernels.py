@@ -83,10 +83,8 @@ SIGNATURES = {
     "bs_decoder_layer": [P, P, P, P, P, P, I64],  # layer, step (models/fused_layers.py), x, k/v cache, keep, kept
 }
 RETURNS_INT = {"bs_paged_attention", "bs_linear_bf16_pairs_available", "bs_linear_bf16_pairs", "bs_linear_bf16_rows",
-               "bs_amx_available",
-               "bs_nucleus_thresholds",
-               "bs_prefill_attention_pairs_available", "bs_decode_pairs_takes",
-               "bs_linear_amx", "bs_decoder_layer"}
+               "bs_amx_available", "bs_nucleus_thresholds", "bs_prefill_attention_pairs_available",
+               "bs_decode_pairs_takes", "bs_linear_amx", "bs_decoder_layer"}
 RETURNS_I64 = {"bs_amx_depth"}
 BF16_KERNELS = ("amx", "pairs", "widen")  # the fastest first (see bf16_kernel)
 LINEAR_PANEL = 32  # output columns per packed panel (csrc/gemm.c)

@@ -1,8 +1,8 @@
-/* Fused element-wise steps of a decoder layer on the CPU, in fp32, one pass over each row:
- * RMSNorm (optionally after adding a residual branch) and SiLU(gate) * up, each out in fp32 or bf16. In torch each is
- * 3 to 8 separate ops per layer, each one a dispatch and a pass over memory; at decode sizes the
- * dispatch is most of their cost. A row's result never depends on the other rows; rows are split
- * over the threads. Sizes must be multiples of 16 (the Python side checks).
+/* Fused element-wise steps of a decoder layer on the CPU, computed in fp32, one pass over each row:
+ * RMSNorm (optionally after adding a residual branch) and SiLU(gate) * up, written in fp32 or bf16
+ * (store_out). In torch each is 3 to 8 separate ops per layer, each one a dispatch and a pass over
+ * memory; at decode sizes the dispatch is most of their cost. A row's result never depends on the
+ * other rows; rows are split over the threads. Sizes must be multiples of 16 (the Python side checks).
  */
 #include <math.h>
 
