@@ -64,7 +64,7 @@ def _git(root: Path, *args: str) -> str:
 def baseline_library(baseline: str, workdir: Path):
     """The baseline's kernels, built and opened with every signature declared; refused where its
     interface is not this tree's (the engine would call it with arguments it does not take)."""
-    compiler = shutil.which("gcc") or shutil.which("cc")
+    compiler = cpu_kernels.compiler()
     if compiler is None or cpu_kernels.load() is None:
         raise SystemExit("the CPU kernels do not build here: nothing to compare")
     target = workdir / "baseline.so"

@@ -214,7 +214,8 @@ def _efficiency(steps: list[dict], gemm: dict, roof: dict, setting: Setting, ite
     shapes = ModelShapes(**roof["shapes"])
     return {
         "prefill": prefill_efficiency(stats, gemm["peak_flops_per_s"], setting.token_budget // 2, threads),
-        "decode": decode_efficiency(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"]),
+        "decode": decode_efficiency(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"],
+                                    gemm["peak_flops_per_s"]),
         "ceilings": run_ceilings(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"],
                                  gemm["peak_flops_per_s"]),
     }

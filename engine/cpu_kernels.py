@@ -154,20 +154,19 @@ def using(library: ctypes.CDLL) -> Iterator[None]:
         _override.pop()
 
 
+def compiler() -> str | None:
+    """The C compiler the kernels are built with: $CC, else gcc or cc on the PATH."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
 @functools.cache
 def built() -> ctypes.CDLL | None:
     """This tree's library, built on first use, or None where it cannot be built here."""
-    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
+    cc = compiler()
+    if cc is None:
         return _without_kernels("no C compiler")
-    files = sorted(SOURCES.glob("*.[ch]"))
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files) + " ".join((compiler, *FLAGS)).encode()
-                            + _cpu_flags())
-    target = cache_dir() / f"batchscope-cpu-{digest.hexdigest()[:16]}.so"
     try:
-        if not target.exists():
-            build(compiler, [f for f in files if f.suffix == ".c"], target)
-        library = open_library(target)
+        library = open_library(cached_build(cc, "batchscope-cpu", sorted(SOURCES.glob("*.[ch]"))))
         check_interface(library)
     except (OSError, subprocess.SubprocessError) as exc:
         return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
@@ -230,6 +229,16 @@ def check_interface(library: ctypes.CDLL) -> None:
     if differ:
         raise InterfaceError("the CPU kernels' structs differ from their ctypes mirrors (csrc/batchscope.h, "
                              "engine/cpu_kernels.py): " + "; ".join(differ))
+
+
+def cached_build(cc: str, name: str, files: list[Path]) -> Path:
+    """``files`` (sources and headers) built into a shared library in the cache, once per content,
+    compiler, flags and CPU: the library's path."""
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files) + " ".join((cc, *FLAGS)).encode() + _cpu_flags())
+    target = cache_dir() / f"{name}-{digest.hexdigest()[:16]}.so"
+    if not target.exists():
+        build(cc, [f for f in files if f.suffix == ".c"], target)
+    return target
 
 
 def build(compiler: str, sources: list[Path], target: Path) -> None:

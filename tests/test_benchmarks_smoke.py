@@ -116,6 +116,31 @@ def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_d
     assert cpu_kernels.load() is cpu_kernels.built()  # the baseline was swapped out again
 
 
+def test_the_instruction_peak_puts_each_linear_against_the_vector_units_own_peak(tiny_model_dir, tmp_path, capsys):
+    """Each linear shape of the model, on Batchscope's kernel and torch's best, as a fraction of the
+    vector units' peak on registers alone: the printed table is the saved JSON, every shape in it,
+    each fraction a real one (no timing asserts beyond that)."""
+    from benchmarks import instruction_peak
+    from engine import cpu_kernels
+
+    if cpu_kernels.load() is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    out = tmp_path / "peak.json"
+    instruction_peak.main(["--model", tiny_model_dir, "--rows", "16", "--threads", "1", "--out", str(out)])
+    printed, saved = capsys.readouterr().out, json.loads(out.read_text())
+    fp32 = saved["results"][0]
+    assert fp32["dtype"] == "float32" and fp32["instruction_peak_gflop_s"] > 0
+    assert set(fp32["shapes"]) == {"qkv", "o", "gate_up", "down"}
+    for result in saved["results"]:
+        if "skipped" in result:
+            assert f"{result['dtype']}: skipped" in printed
+            continue
+        assert f"{result['dtype']}, 16 rows: vector units' peak {result['instruction_peak_gflop_s']} GFLOP/s" in printed
+        for name, s in result["shapes"].items():
+            assert 0 < s["batchscope"] < 1.5 and 0 < s["torch"] < 1.5
+            assert f"| {name} | {s['batchscope']:.0%} | {s['torch']:.0%} |" in printed
+
+
 def test_a_neighbour_burns_beside_the_block_and_is_gone_after_it():
     from benchmarks.neighbour import Neighbour, running
 
@@ -417,6 +442,31 @@ def test_the_ceilings_are_the_run_with_its_steps_at_their_roofline():
     assert ceilings["decode_share"] == pytest.approx(100 / 300, abs=1e-3)
     assert ceilings["decode_at_roofline"] == pytest.approx(250 / 300, abs=1e-3)
     assert ceilings["all_at_roofline"] == pytest.approx(90 / 300, abs=1e-3)
+
+
+def test_the_decode_floor_says_how_much_of_it_a_step_at_its_roofline_could_reach():
+    """A decode step whose arithmetic at the GEMM peak outlasts its bytes at the bandwidth cannot
+    reach the floor on any kernel: 2 GB at 100 GB/s is a 20 ms floor; two 50 ms steps of 3 GFLOP
+    (30 ms at 100 GFLOP/s) reach 40% of it and could reach 67%, one of 1 GFLOP could reach all of
+    it. The report's line and the target's detail say so beside the measured fraction."""
+    from benchmarks import report
+    from benchmarks.metrics import decode_efficiency
+    from benchmarks.timings import StepStat
+
+    def step(flops):
+        return StepStat(16, 16, flops, 0.0, 50.0, 50.0, 50.0, 50.0, 50.0)
+
+    decode = decode_efficiency([step(3e9), step(3e9), step(1e9)], weight_bytes=2e9, bandwidth=1e11,
+                               peak_flops=1e11)
+    assert (decode["floor_ms_median"], decode["roofline_ms_median"]) == (20.0, 30.0)
+    assert (decode["forward_fraction_median"], decode["attainable_fraction_median"]) == (0.4, 0.667)
+    peer = {"figures": {}, "decode": decode}
+    results = {"workloads": {"W1": {"description": "W1", "peers": {"bs_mixed": peer}}}}
+    line = next(x for x in report.markdown_tables(results).splitlines() if "decode-only" in x)
+    assert "= 40% (whole step 40%); at most 67% on this host (at their roofline, 30.0 ms" in line
+    target = next(t for t in report.engine_targets(results) if "decode-only" in t.name)
+    assert (target.value, target.threshold, target.met) == (0.4, 0.75, False)
+    assert "at most 67% on this host" in target.detail
 
 
 def test_a_peer_that_fails_while_the_oom_killer_ends_a_process_is_said_to_have_run_out_of_memory(monkeypatch):
