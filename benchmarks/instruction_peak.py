@@ -19,7 +19,7 @@ import torch
 
 from engine import cpu_kernels
 
-from .roofline import ModelShapes, _best_seconds, gemm_peak
+from .roofline import ModelShapes, best_seconds, gemm_peak
 from .worker import model_shapes
 
 SOURCE = Path(__file__).with_name("instruction_peak.c")
@@ -48,18 +48,19 @@ def batchscope_rates(shapes: ModelShapes, rows: int, dtype: torch.dtype) -> dict
     rates = {}
     for name, (n_in, n_out) in shapes.linear_shapes().items():
         x, packed = torch.randn(rows, n_in), cpu_kernels.pack_linear(torch.randn(n_out, n_in).to(dtype))
-        seconds = _best_seconds(lambda: cpu_kernels.linear(x, packed, None, n_out), torch.device("cpu"), 0.3)
+        seconds = best_seconds(lambda: cpu_kernels.linear(x, packed, None, n_out), torch.device("cpu"), 0.3)
         rates[name] = 2.0 * rows * n_in * n_out / seconds
     return rates
 
 
 def measure(shapes: ModelShapes, rows: int, dtype: torch.dtype, threads: int) -> dict:
-    peak = instruction_peak(dtype, threads)
+    """One dtype's linears against the vector units' peak, or why it was skipped."""
+    peak, name = instruction_peak(dtype, threads), str(dtype).removeprefix("torch.")
     if not peak:
-        return {"dtype": str(dtype), "skipped": "this CPU has no AVX512-BF16"}
+        return {"dtype": name, "skipped": "this CPU has no AVX512-BF16"}
     ours, torchs = batchscope_rates(shapes, rows, dtype), gemm_peak(shapes, rows, dtype, torch.device("cpu"))
     return {
-        "dtype": str(dtype).removeprefix("torch."), "rows": rows, "instruction_peak_gflop_s": round(peak / 1e9, 1),
+        "dtype": name, "rows": rows, "instruction_peak_gflop_s": round(peak / 1e9, 1),
         "shapes": {name: {"batchscope": round(ours[name] / peak, 3), "torch": round(torchs["flops_per_s"][name] / peak, 3)}
                    for name in ours},
         "batchscope_median": round(statistics.median(ours.values()) / peak, 3),

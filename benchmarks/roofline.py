@@ -72,7 +72,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _best_seconds(fn, device: torch.device, min_time: float) -> float:
+def best_seconds(fn, device: torch.device, min_time: float) -> float:
+    """The fastest of repeated calls of ``fn`` over at least ``min_time`` seconds (one warm-up call first)."""
     fn()
     _sync(device)
     best, spent = float("inf"), 0.0
@@ -100,7 +101,7 @@ def gemm_peak(shapes: ModelShapes, rows: int, dtype: torch.dtype, device: torch.
         kernels = [lambda: torch.nn.functional.linear(a, w)]
         if prepacked:
             kernels.append(functools.partial(PrepackedLinear(w, None), a))
-        seconds = min(_best_seconds(kernel, device, min_time) for kernel in kernels)
+        seconds = min(best_seconds(kernel, device, min_time) for kernel in kernels)
         rates[name] = 2.0 * rows * n_in * n_out / seconds
     return {"rows": rows, "flops_per_s": rates, "peak_flops_per_s": max(rates.values())}
 
@@ -110,5 +111,5 @@ def memory_bandwidth(device: torch.device, mbytes: int = 1024, min_time: float =
     n = mbytes * 2**20 // 4
     src = torch.empty(n, dtype=torch.float32, device=device).normal_()
     dst = torch.empty_like(src)
-    seconds = _best_seconds(lambda: dst.copy_(src), device, min_time)
+    seconds = best_seconds(lambda: dst.copy_(src), device, min_time)
     return 2.0 * n * 4 / seconds
