@@ -148,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default",
                         help="'default' (SmolLM2-135M-Instruct), a Hugging Face model directory "
                              "or a .gguf file")
+    parser.add_argument("--tokenizer", help="a tokenizer directory other than the model's (default: the model's own)")
     add_viewing_arguments(parser)
     engine = parser.add_argument_group("engine")
     engine.add_argument("--block-size", type=int, help="tokens per KV block (default: 16, or "
@@ -191,6 +192,7 @@ ENGINE_OPTIONS = (
     "block_size", "num_kv_blocks", "kv_cache_memory_gb", "max_num_batched_tokens",
     "max_num_seqs", "max_model_len", "policy", "enable_chunked_prefill",
     "enable_prefix_caching", "dtype", "device", "attention_backend", "cuda_graphs", "seed", "batch_invariant",
+    "tokenizer",
 )
 
 

@@ -2,8 +2,11 @@
 
     python -m benchmarks.serving [--rates 2 3 4 6] [--num-prompts 128] [--repeats 2] [--backend openai]
                                  [--dtype float32|bfloat16] [--temperature T] [--top-p P]
+                                 [--model default|qwen2.5-0.5b|qwen2.5-1.5b|DIR]
 
-Both servers stay resident for the whole sitting, on the same model directory, dtype
+Both servers stay resident for the whole sitting, on the same model directory (``--model``: the
+default model, an HF directory with a tokenizer, or a random-weight shape of benchmarks.shapes,
+which both servers and the client then tokenize with its word tokenizer, ``--tokenizer``), dtype
 (``--dtype``, fp32 by default), threads (all cores), token budget, ``max_num_seqs`` and KV space:
 Batchscope's ``app.py`` (its OpenAI API; API limits raised so one benchmarking client is not
 throttled) and vLLM's OpenAI server from ``.venv-vllm`` (``make vllm-install``) as deployed,
@@ -46,6 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integrations" / "vllm"))
 import launch  # noqa: E402
 
+from engine.config import TOKENIZER_FILES, tokenizer_files  # noqa: E402
+
+from .shapes import SHAPES, shaped_model, words_tokenizer  # noqa: E402
+
 SLO = {"ttft": 2000, "tpot": 150}  # ms, p99
 ENGINES = ("batchscope", "vllm")
 OUT = ROOT / "benchmarks" / "results" / "serving"
@@ -75,19 +82,33 @@ class Setting:
     seed: int = 0
     temperature: float | None = None  # None: the server's default (1.0 in both)
     top_p: float | None = None  # None: no top-p filter
+    model: str = "default"  # "default", a name in benchmarks.shapes.SHAPES, or an HF directory
 
 
-def start_batchscope(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
+@dataclass(frozen=True)
+class Served:
+    """What both servers load, and the tokenizer they and the client use."""
+
+    model: Path
+    tokenizer: Path
+
+    def tokenizer_flags(self) -> list[str]:
+        """A server's ``--tokenizer``, where it is not the model's own."""
+        return [] if self.tokenizer == self.model else ["--tokenizer", str(self.tokenizer)]
+
+
+def start_batchscope(served: Served, setting: Setting, logs: Path) -> launch.Server:
     port = launch.free_port()
-    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--host", "127.0.0.1",
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(served.model), *served.tokenizer_flags(),
+               "--host", "127.0.0.1",
                "--port", str(port), "--dtype", setting.dtype, "--max-num-batched-tokens", str(setting.budget),
                "--max-num-seqs", str(setting.max_num_seqs), "--kv-cache-memory-gb", str(setting.kv_gib),
                "--api-max-concurrent-per-client", "4096", "--api-max-waiting", "4096"]
     return launch.start(command, port, logs / "serving-batchscope.log")
 
 
-def start_vllm(model_dir: Path, setting: Setting, logs: Path) -> launch.Server:
-    return launch.start_vllm(model_dir, launch.free_port(), logs / "serving-vllm.log",
+def start_vllm(served: Served, setting: Setting, logs: Path) -> launch.Server:
+    return launch.start_vllm(served.model, launch.free_port(), logs / "serving-vllm.log", *served.tokenizer_flags(),
                              "--max-num-batched-tokens", str(setting.budget),
                              "--max-num-seqs", str(setting.max_num_seqs), "--dtype", setting.dtype,
                              env={"VLLM_CPU_KVCACHE_SPACE": str(setting.kv_gib)}, eager=False)
@@ -105,7 +126,7 @@ def wait_ready(name: str, server: launch.Server) -> None:
         time.sleep(1)
 
 
-def client_flags(setting: Setting, rate: float, model_dir: Path, model: str, run: int) -> list[str]:
+def client_flags(setting: Setting, rate: float, tokenizer: Path, model: str, run: int) -> list[str]:
     """vLLM's client for one run; ``run`` picks its prompts (``--seed``): each run of a sitting
     gets prompts of its own, the two servers the same ones. With one seed for every run, each
     run repeated the last one's prompts and prefix caching served them from the KV cache: vLLM's
@@ -113,7 +134,7 @@ def client_flags(setting: Setting, rate: float, model_dir: Path, model: str, run
     Batchscope's LRU cache, smaller than a run's tokens, held few of the next run's (8.5%)."""
     endpoint = "/v1/chat/completions" if setting.backend == "openai-chat" else "/v1/completions"
     return ["--backend", setting.backend, "--endpoint", endpoint, "--model", model,
-            "--tokenizer", str(model_dir), "--dataset-name", "random",
+            "--tokenizer", str(tokenizer), "--dataset-name", "random",
             "--random-input-len", str(setting.input_len), "--random-output-len", str(setting.output_len),
             "--random-range-ratio", str(setting.range_ratio), "--num-prompts", str(setting.num_prompts),
             "--request-rate", str(rate), "--seed", str(setting.seed + run), "--ignore-eos",
@@ -140,7 +161,7 @@ def run_client(url: str, flags: list[str], out: Path, log: Path) -> dict:
 MODELS = {"batchscope": "default", "vllm": launch.SERVED_NAME}  # each server's name for the model
 
 
-def warm_up(servers: dict[str, launch.Server], setting: Setting, model_dir: Path, logs: Path) -> None:
+def warm_up(servers: dict[str, launch.Server], setting: Setting, tokenizer: Path, logs: Path) -> None:
     """One unmeasured run per server, the lowest rate with the sitting's prompts: the first
     requests a fresh server takes are slower (seen here: Batchscope's TTFT p99 4.3 s and vLLM's
     1.4 s in their first runs, 0.1 s and 0.6 s in the next), and a sitting measures servers as
@@ -148,12 +169,12 @@ def warm_up(servers: dict[str, launch.Server], setting: Setting, model_dir: Path
     was still the slowest (bf16, 192 prompts at 5 req/s: goodput 0.50 and 0.46 req/s, against
     4.83 and 4.66 in the next repeat)."""
     for name in ENGINES:
-        flags = client_flags(setting, min(setting.rates), model_dir, MODELS[name], run=0)
+        flags = client_flags(setting, min(setting.rates), tokenizer, MODELS[name], run=0)
         run_client(servers[name].url, flags, logs / f"serving-{name}-warm-up.json", logs / "serving-client.log")
         print(f"{name}: warmed up", flush=True)
 
 
-def measure(servers: dict[str, launch.Server], setting: Setting, model_dir: Path, logs: Path) -> dict:
+def measure(servers: dict[str, launch.Server], setting: Setting, tokenizer: Path, logs: Path) -> dict:
     """results[engine][rate] = one metrics dict per repeat; the order alternates per run."""
     results: dict[str, dict[str, list[dict]]] = {name: {} for name in ENGINES}
     turn = 0
@@ -162,7 +183,7 @@ def measure(servers: dict[str, launch.Server], setting: Setting, model_dir: Path
             order = ENGINES if turn % 2 == 0 else ENGINES[::-1]
             turn += 1
             for name in order:
-                flags = client_flags(setting, rate, model_dir, MODELS[name], run=turn)
+                flags = client_flags(setting, rate, tokenizer, MODELS[name], run=turn)
                 run = run_client(servers[name].url, flags, logs / f"serving-{name}-{rate}-{repeat}.json",
                                  logs / "serving-client.log")
                 results[name].setdefault(str(rate), []).append(run)
@@ -253,7 +274,8 @@ def paired_ratio(results: dict, rate: str, metric: str) -> dict | None:
 
 
 def markdown(setting: Setting, summary: dict) -> str:
-    lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; {setting.backend}, {setting.dtype}, "
+    lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; model {setting.model}, "
+             f"{setting.backend}, {setting.dtype}, "
              f"random inputs {setting.input_len} and outputs {setting.output_len} x (1 +- {setting.range_ratio}) tokens, "
              f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians); sampling: "
              f"{' '.join(sampling_flags(setting)) or 'server defaults'}.", "",
@@ -324,12 +346,39 @@ def parse_args() -> tuple[Setting, Path]:
     parser.add_argument("--temperature", type=float, default=None, help="every request's temperature "
                         "(default: the servers' own, 1.0)")
     parser.add_argument("--top-p", type=float, default=None, help="every request's top_p (default: no top-p)")
+    parser.add_argument("--model", default=default.model, help="'default', an HF directory with a tokenizer, "
+                        f"or a random-weight shape ({', '.join(SHAPES)})")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if not launch.VLLM_PYTHON.exists():
         parser.error(f"{launch.VLLM_PYTHON} is missing: run `make vllm-install` first")
+    if (why := unservable(args.model)) is not None:
+        parser.error(why)
     return Setting(rates=tuple(args.rates), num_prompts=args.num_prompts, repeats=args.repeats,
-                   backend=args.backend, dtype=args.dtype, temperature=args.temperature, top_p=args.top_p), args.out
+                   backend=args.backend, dtype=args.dtype, temperature=args.temperature, top_p=args.top_p,
+                   model=args.model), args.out
+
+
+def unservable(model: str) -> str | None:
+    """Why ``--model`` cannot be served and measured (the servers and the client need a
+    tokenizer), or None."""
+    if model == "default" or model in SHAPES:
+        return None
+    directory = Path(model).expanduser()
+    if not (directory / "config.json").is_file():
+        return f"--model {model}: not 'default', a shape ({', '.join(SHAPES)}) or an HF directory with a config.json"
+    if not tokenizer_files(directory):
+        return (f"--model {model}: the directory has no tokenizer ({', '.join(TOKENIZER_FILES)}), which the servers "
+                "and vLLM's client need; for a random-weight shape, pass its name")
+    return None
+
+
+def served(model: str) -> Served:
+    """The directories for ``--model`` (checked by ``unservable``)."""
+    if model in SHAPES:
+        return Served(shaped_model(model), words_tokenizer(model))
+    directory = launch.default_model_dir() if model == "default" else Path(model).expanduser()
+    return Served(directory, directory)
 
 
 def exit_on_sigterm() -> None:
@@ -342,13 +391,13 @@ def main() -> None:
     setting, out = parse_args()
     exit_on_sigterm()
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = launch.default_model_dir()
-    servers = {"batchscope": start_batchscope(model_dir, setting, out), "vllm": start_vllm(model_dir, setting, out)}
+    model = served(setting.model)
+    servers = {"batchscope": start_batchscope(model, setting, out), "vllm": start_vllm(model, setting, out)}
     try:
         for name, server in servers.items():
             wait_ready(name, server)
-        warm_up(servers, setting, model_dir, out)
-        results = measure(servers, setting, model_dir, out)
+        warm_up(servers, setting, model.tokenizer, out)
+        results = measure(servers, setting, model.tokenizer, out)
     finally:
         for server in servers.values():
             server.stop()

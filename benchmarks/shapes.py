@@ -5,6 +5,13 @@ without a download: ``python -m benchmarks.shapes qwen2.5-0.5b`` builds the dire
 The weights are random (bf16 on disk, as the real checkpoints are) and there is no tokenizer:
 the workloads are token-id prompts, generated with ``ignore_eos``, so every engine does the same
 work as with the real model of that shape. Both Batchscope and vLLM load the same directory.
+
+Servers take text: ``words_tokenizer`` builds, beside the model, a tokenizer whose token i is a
+word of its own (``word``, split on whitespace), so that n random ids decode to n words that encode
+back to the same n ids, as vLLM's serving client needs of its random prompts. It is a directory of
+its own, for each server's and the client's ``--tokenizer``: in the model's directory transformers'
+AutoTokenizer would load it as the Qwen2 tokenizer its config names, whose byte-level BPE knows none
+of the words.
 """
 from __future__ import annotations
 
@@ -39,13 +46,43 @@ def build_model(directory: Path, shapes: dict, seed: int = 0) -> Path:
     return directory
 
 
-def shaped_model(name: str, cache: Path = CACHE) -> Path:
-    """The directory of the model shaped like ``name``, built on first use."""
+def _shape(name: str) -> dict:
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}; choose from {', '.join(SHAPES)}")
-    directory = cache / f"{name}-random"
+    return SHAPES[name]
+
+
+def shaped_model(name: str, cache: Path = CACHE) -> Path:
+    """The directory of the model shaped like ``name``, built on first use."""
+    shapes, directory = _shape(name), cache / f"{name}-random"
     if not (directory / "config.json").exists():
-        build_model(directory.with_name(directory.name + ".partial"), SHAPES[name]).rename(directory)
+        build_model(directory.with_name(directory.name + ".partial"), shapes).rename(directory)
+    return directory
+
+
+def word(token_id: int) -> str:
+    """Token ``token_id``'s word: one width for every id, since special tokens (bos, eos) are found
+    anywhere in a text, and ``t1`` would be found inside ``t192``."""
+    return f"t{token_id:06d}"
+
+
+def word_tokenizer(vocab_size: int, bos_token_id: int, eos_token_id: int):
+    """A fast tokenizer whose token i is the word ``word(i)`` (whitespace-split, joined by spaces)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({word(i): i for i in range(vocab_size)}, unk_token=word(0)))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=words, bos_token=word(bos_token_id), eos_token=word(eos_token_id))
+
+
+def words_tokenizer(name: str, cache: Path = CACHE) -> Path:
+    """The directory of the word tokenizer (above) for the model shaped like ``name``, built once."""
+    shapes, directory = _shape(name), cache / f"{name}-words"
+    if not (directory / "tokenizer.json").exists():
+        partial = directory.with_name(directory.name + ".partial")
+        word_tokenizer(shapes["vocab_size"], shapes["bos_token_id"], shapes["eos_token_id"]).save_pretrained(partial)
+        partial.rename(directory)
     return directory
 
 

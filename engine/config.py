@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import torch
 
@@ -61,6 +62,8 @@ class EngineConfig:
     # Every request's logits the same bits alone or packed with any others, under any chunking
     # (the CPU kernels' one fixed order per row; engine/attention/cpu_backend.py). CPU only.
     batch_invariant: bool = False
+    # A tokenizer directory other than the model's (vLLM's --tokenizer); None: the model's own.
+    tokenizer: str | None = None
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> EngineConfig:
@@ -97,6 +100,9 @@ class EngineConfig:
         if self.batch_invariant and (self.device == "cuda" or self.attention_backend not in ("auto", "cpu")):
             raise ValueError("batch_invariant=True needs the CPU kernels: device 'cpu' and attention_backend 'auto' "
                              f"or 'cpu', got device={self.device!r}, attention_backend={self.attention_backend!r}")
+        if self.tokenizer is not None and not tokenizer_files(Path(self.tokenizer)):
+            raise ValueError(f"tokenizer {self.tokenizer!r} is not a directory with a tokenizer "
+                             f"({', '.join(TOKENIZER_FILES)})")
         if self.attention_backend == "cpu" and self.device == "cuda":
             raise ValueError("attention_backend='cpu' runs on the CPU only, got device='cuda'")
 
@@ -188,6 +194,14 @@ class EngineConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def tokenizer_files(directory: Path) -> list[str]:
+    """The tokenizer files ``directory`` holds (none where it is not a directory)."""
+    return [name for name in TOKENIZER_FILES if (directory / name).is_file()]
 
 
 def _positive(name: str, value: int) -> None:

@@ -46,7 +46,7 @@ class LLMEngine:
         asked.validate()
         device_config = asked.for_device()
         dtype = device_config.torch_dtype
-        self.loaded = load_model(model, dtype, device_config.device)
+        self.loaded = load_model(model, dtype, device_config.device, asked.tokenizer)
         attn = self.loaded.model.layers[0].self_attn
         bytes_per_token = 2 * len(self.loaded.model.layers) * attn.num_kv_heads * attn.head_dim
         # (replaced, never edited: see config.py; reconfigure() swaps in a new one between steps)

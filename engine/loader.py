@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .config import tokenizer_files
 from .models.llama import SUPPORTED_ARCHITECTURES, PackedLlama
 
 DEFAULT_MODEL = "default"
@@ -109,7 +110,9 @@ def quiet_progress() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_model(model: str, dtype: torch.dtype, device: str) -> LoadedModel:
+def load_model(model: str, dtype: torch.dtype, device: str, tokenizer: str | None = None) -> LoadedModel:
+    """The model packed for the engine, with its tokenizer: ``tokenizer``'s directory where given,
+    else the model's own (None where it has none: token-id prompts only)."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     name, directory = resolve_model_dir(model)
@@ -131,7 +134,7 @@ def load_model(model: str, dtype: torch.dtype, device: str) -> LoadedModel:
     del hf
     packed = packed.to(device=device, dtype=dtype).eval()
     packed.cos_table, packed.sin_table = packed.cos_table.to(device), packed.sin_table.to(device)
-    tokenizer = _load_tokenizer(directory)
+    tokenizer = _load_tokenizer(Path(tokenizer) if tokenizer is not None else directory)
     eos = set()
     try:
         generation = GenerationConfig.from_pretrained(directory)
@@ -147,8 +150,7 @@ def load_model(model: str, dtype: torch.dtype, device: str) -> LoadedModel:
 def _load_tokenizer(directory: Path):
     from transformers import AutoTokenizer
 
-    names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-    if not any((directory / n).exists() for n in names):
+    if not tokenizer_files(directory):
         return None  # token-id prompts only
     return AutoTokenizer.from_pretrained(directory)
 
