@@ -19,7 +19,7 @@ import torch
 
 from engine import cpu_kernels
 
-from .roofline import ModelShapes, best_seconds, gemm_peak
+from .roofline import ModelShapes, best_seconds, gemm_peak, linear_rates
 from .worker import model_shapes
 
 SOURCE = Path(__file__).with_name("instruction_peak.c")
@@ -45,12 +45,11 @@ def instruction_peak(dtype: torch.dtype, threads: int, tries: int = 5) -> float:
 
 def batchscope_rates(shapes: ModelShapes, rows: int, dtype: torch.dtype) -> dict[str, float]:
     """FLOP/s of Batchscope's linear kernel on each linear shape (fp32 rows, weights in ``dtype``)."""
-    rates = {}
-    for name, (n_in, n_out) in shapes.linear_shapes().items():
+    def seconds(n_in: int, n_out: int) -> float:
         x, packed = torch.randn(rows, n_in), cpu_kernels.pack_linear(torch.randn(n_out, n_in).to(dtype))
-        seconds = best_seconds(lambda: cpu_kernels.linear(x, packed, None, n_out), torch.device("cpu"), 0.3)
-        rates[name] = 2.0 * rows * n_in * n_out / seconds
-    return rates
+        return best_seconds(lambda: cpu_kernels.linear(x, packed, None, n_out), torch.device("cpu"), 0.3)
+
+    return linear_rates(shapes, rows, seconds)
 
 
 def measure(shapes: ModelShapes, rows: int, dtype: torch.dtype, threads: int) -> dict:

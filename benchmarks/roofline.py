@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -86,6 +87,12 @@ def best_seconds(fn, device: torch.device, min_time: float) -> float:
     return best
 
 
+def linear_rates(shapes: ModelShapes, rows: int, seconds: Callable[[int, int], float]) -> dict[str, float]:
+    """FLOP/s of each of the model's linear shapes at ``rows`` rows, ``seconds(in, out)`` timing one."""
+    return {name: 2.0 * rows * n_in * n_out / seconds(n_in, n_out)
+            for name, (n_in, n_out) in shapes.linear_shapes().items()}
+
+
 def gemm_peak(shapes: ModelShapes, rows: int, dtype: torch.dtype, device: torch.device,
               min_time: float = 0.3) -> dict:
     """FLOP/s of a plain ``[rows, in] @ [in, out]`` matmul for each of the model's linear
@@ -94,15 +101,16 @@ def gemm_peak(shapes: ModelShapes, rows: int, dtype: torch.dtype, device: torch.
     from engine.models.prepacked import PrepackedLinear, prepack_supported
 
     prepacked = device.type == "cpu" and prepack_supported(dtype)
-    rates = {}
-    for name, (n_in, n_out) in shapes.linear_shapes().items():
+
+    def seconds(n_in: int, n_out: int) -> float:
         a = torch.randn(rows, n_in, dtype=dtype, device=device)
         w = torch.randn(n_out, n_in, dtype=dtype, device=device)
         kernels = [lambda: torch.nn.functional.linear(a, w)]
         if prepacked:
             kernels.append(functools.partial(PrepackedLinear(w, None), a))
-        seconds = min(best_seconds(kernel, device, min_time) for kernel in kernels)
-        rates[name] = 2.0 * rows * n_in * n_out / seconds
+        return min(best_seconds(kernel, device, min_time) for kernel in kernels)
+
+    rates = linear_rates(shapes, rows, seconds)
     return {"rows": rows, "flops_per_s": rates, "peak_flops_per_s": max(rates.values())}
 
 

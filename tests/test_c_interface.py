@@ -7,7 +7,6 @@ library that differs is refused at load)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 import shutil
 import subprocess
@@ -88,7 +87,7 @@ def test_no_c_file_declares_another_files_functions():
 @pytest.mark.parametrize("targets", [(), ("-mamx-tile", "-mamx-bf16", "-mavx512bf16", "-mavx512f")])
 def test_every_exported_function_has_its_prototype_in_the_header(targets):
     """Built with -Werror=missing-prototypes (here, and with the AMX branches compiled in)."""
-    compiler = os.environ.get("CC") or shutil.which("gcc")
+    compiler = cpu_kernels.compiler()
     sources = sorted(map(str, cpu_kernels.SOURCES.glob("*.c")))
     run = subprocess.run([compiler, *cpu_kernels.FLAGS, *targets, "-fsyntax-only", "-Werror=missing-prototypes",
                           *sources], capture_output=True, text=True)
