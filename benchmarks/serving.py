@@ -2,7 +2,7 @@
 
     python -m benchmarks.serving [--rates 2 3 4 6] [--num-prompts 128] [--repeats 2] [--backend openai]
                                  [--dtype float32|bfloat16] [--temperature T] [--top-p P]
-                                 [--model default|qwen2.5-0.5b|qwen2.5-1.5b|DIR]
+                                 [--model default|qwen2.5-0.5b|qwen2.5-1.5b|DIR] [--goodput ttft:2000 tpot:150]
 
 Both servers stay resident for the whole sitting, on the same model directory (``--model``: the
 default model, an HF directory with a tokenizer, or a random-weight shape of benchmarks.shapes,
@@ -19,10 +19,11 @@ the same host. Requests sample as the servers' defaults (temperature 1.0, no fil
 sends them in every request). Each run has prompts of its own (its own seed; the same for both servers), so no
 run finds the last one's prompts in a prefix cache. One unmeasured run per server first warms it
 up. Each run reports TTFT / TPOT / ITL p50 and p99, output throughput and goodput
-under the SLO (``--goodput ttft:2000 tpot:150``).
+under the SLO (``--goodput ttft:2000 tpot:150`` by default, vLLM's flag and form: a bigger model
+on two cores cannot keep a 150 ms TPOT at any rate, and the sitting says which SLO it used).
 
-The headline, per engine: the highest rate whose median run kept TTFT p99 <= 2 s and TPOT p99 <=
-150 ms, it and every rate below it (a rate kept above one missed is reported beside it, not as the
+The headline, per engine: the highest rate whose median run kept the SLO at p99 (by default TTFT
+p99 <= 2 s and TPOT p99 <= 150 ms), it and every rate below it (a rate kept above one missed is reported beside it, not as the
 limit), and the best goodput; then Batchscope / vLLM ratios of that highest rate (by the medians,
 by the rate kept in every repeat, and each repeat's own; a bound where a server kept every rate
 tried, or none: its limit lies above the highest, or below the lowest) and of goodput per rate,
@@ -53,7 +54,6 @@ from engine.config import TOKENIZER_FILES, tokenizer_files  # noqa: E402
 
 from .shapes import SHAPES, shaped_model, words_tokenizer  # noqa: E402
 
-SLO = {"ttft": 2000, "tpot": 150}  # ms, p99
 ENGINES = ("batchscope", "vllm")
 OUT = ROOT / "benchmarks" / "results" / "serving"
 METRICS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms",
@@ -61,6 +61,35 @@ METRICS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_
 # What decides a rate, run by run: a median of two runs reads 134 ms from 98 and 170, one run in the SLO
 # and one out of it, so the table gives each repeat's value beside the medians.
 PER_REPEAT = ("p99_tpot_ms", "request_goodput")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """What a run must keep at p99 for a rate to count as sustained, and what vLLM's client
+    counts as goodput (its ``--goodput ttft:MS tpot:MS``)."""
+
+    ttft_ms: float = 2000
+    tpot_ms: float = 150
+
+    @classmethod
+    def parse(cls, items: list[str]) -> Slo:
+        """``["ttft:2000", "tpot:150"]`` (either may be left out: it keeps its default)."""
+        limits = {}
+        for item in items:
+            name, _, value = item.partition(":")
+            if name not in ("ttft", "tpot") or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
+                raise ValueError(f"--goodput {item}: expected ttft:MS or tpot:MS with MS a positive number")
+            limits[f"{name}_ms"] = float(value)
+        return cls(**limits)
+
+    def met_by(self, row: dict) -> bool:
+        return row["p99_ttft_ms"] <= self.ttft_ms and row["p99_tpot_ms"] <= self.tpot_ms
+
+    def client_flags(self) -> list[str]:
+        return ["--goodput", f"ttft:{self.ttft_ms:g}", f"tpot:{self.tpot_ms:g}"]
+
+    def text(self) -> str:
+        return f"TTFT p99 <= {self.ttft_ms:g} ms and TPOT p99 <= {self.tpot_ms:g} ms"
 
 
 @dataclass(frozen=True)
@@ -83,6 +112,7 @@ class Setting:
     temperature: float | None = None  # None: the server's default (1.0 in both)
     top_p: float | None = None  # None: no top-p filter
     model: str = "default"  # "default", a name in benchmarks.shapes.SHAPES, or an HF directory
+    slo: Slo = Slo()
 
 
 @dataclass(frozen=True)
@@ -139,7 +169,7 @@ def client_flags(setting: Setting, rate: float, tokenizer: Path, model: str, run
             "--random-range-ratio", str(setting.range_ratio), "--num-prompts", str(setting.num_prompts),
             "--request-rate", str(rate), "--seed", str(setting.seed + run), "--ignore-eos",
             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
-            "--goodput", f"ttft:{SLO['ttft']}", f"tpot:{SLO['tpot']}", *sampling_flags(setting)]
+            *setting.slo.client_flags(), *sampling_flags(setting)]
 
 
 def sampling_flags(setting: Setting) -> list[str]:
@@ -196,25 +226,21 @@ def median_of(runs: list[dict]) -> dict:
     return {name: statistics.median(r[name] for r in runs) for name in METRICS}
 
 
-def meets_slo(row: dict) -> bool:
-    return row["p99_ttft_ms"] <= SLO["ttft"] and row["p99_tpot_ms"] <= SLO["tpot"]
-
-
-def sustained_rates(by_rate: dict) -> tuple[list[float], list[float]]:
+def sustained_rates(by_rate: dict, slo: Slo) -> tuple[list[float], list[float]]:
     """The rates kept within the SLO from the lowest up to the first miss (what the server
     sustains), and those kept above a miss (a run's prompts can fall kindly at a higher rate)."""
     rates = sorted(by_rate, key=float)
-    kept = [meets_slo(by_rate[rate]) for rate in rates]
+    kept = [slo.met_by(by_rate[rate]) for rate in rates]
     cut = kept.index(False) if False in kept else len(kept)
     return [float(r) for r in rates[:cut]], [float(r) for r, ok in zip(rates[cut:], kept[cut:]) if ok]
 
 
-def repeat_limits(by_rate: dict[str, list[dict]]) -> list[tuple[float | None, bool]]:
+def repeat_limits(by_rate: dict[str, list[dict]], slo: Slo) -> list[tuple[float | None, bool]]:
     """Per repeat, from that repeat's own runs: the highest rate kept within the SLO (from the lowest
     up) and whether that was every rate tried."""
     limits = []
     for repeat in range(len(next(iter(by_rate.values())))):
-        sustained, _ = sustained_rates({rate: runs[repeat] for rate, runs in by_rate.items()})
+        sustained, _ = sustained_rates({rate: runs[repeat] for rate, runs in by_rate.items()}, slo)
         limits.append((max(sustained, default=None), len(sustained) == len(by_rate)))
     return limits
 
@@ -234,13 +260,13 @@ def rate_ratio(ours: tuple[float | None, bool], theirs: tuple[float | None, bool
     return {"ratio": rate / their_rate, "bound": "at least" if ours_higher else "at most" if theirs_higher else None}
 
 
-def summarize(results: dict) -> dict:
+def summarize(results: dict, slo: Slo = Slo()) -> dict:
     medians = {name: {rate: median_of(runs) for rate, runs in by_rate.items()} for name, by_rate in results.items()}
     headline, limits = {}, {}
     for name, by_rate in medians.items():
-        sustained, above = sustained_rates(by_rate)
+        sustained, above = sustained_rates(by_rate, slo)
         by_medians = (max(sustained, default=None), len(sustained) == len(by_rate))  # all kept: its limit lies higher
-        per_repeat = repeat_limits(results[name])
+        per_repeat = repeat_limits(results[name], slo)
         every = None if any(rate is None for rate, _ in per_repeat) else min(rate for rate, _ in per_repeat)
         limits[name] = {"by_medians": by_medians, "per_repeat": per_repeat,
                         "in_every_repeat": (every, all(kept_all for _, kept_all in per_repeat))}
@@ -274,7 +300,7 @@ def paired_ratio(results: dict, rate: str, metric: str) -> dict | None:
 
 
 def markdown(setting: Setting, summary: dict) -> str:
-    lines = [f"SLO: TTFT p99 <= {SLO['ttft']} ms and TPOT p99 <= {SLO['tpot']} ms; model {setting.model}, "
+    lines = [f"SLO: {setting.slo.text()}; model {setting.model}, "
              f"{setting.backend}, {setting.dtype}, "
              f"random inputs {setting.input_len} and outputs {setting.output_len} x (1 +- {setting.range_ratio}) tokens, "
              f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians); sampling: "
@@ -348,15 +374,21 @@ def parse_args() -> tuple[Setting, Path]:
     parser.add_argument("--top-p", type=float, default=None, help="every request's top_p (default: no top-p)")
     parser.add_argument("--model", default=default.model, help="'default', an HF directory with a tokenizer, "
                         f"or a random-weight shape ({', '.join(SHAPES)})")
+    parser.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+                        help="the SLO, as vLLM's client takes it (default: ttft:2000 tpot:150)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    try:
+        slo = Slo.parse(args.goodput)
+    except ValueError as error:
+        parser.error(str(error))
     if not launch.VLLM_PYTHON.exists():
         parser.error(f"{launch.VLLM_PYTHON} is missing: run `make vllm-install` first")
     if (why := unservable(args.model)) is not None:
         parser.error(why)
     return Setting(rates=tuple(args.rates), num_prompts=args.num_prompts, repeats=args.repeats,
                    backend=args.backend, dtype=args.dtype, temperature=args.temperature, top_p=args.top_p,
-                   model=args.model), args.out
+                   model=args.model, slo=slo), args.out
 
 
 def unservable(model: str) -> str | None:
@@ -401,7 +433,7 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
-    summary = summarize(results)
+    summary = summarize(results, setting.slo)
     (out / "serving.json").write_text(json.dumps({"setting": asdict(setting), "results": results, **summary}, indent=1))
     text = markdown(setting, summary)
     (out / "serving.md").write_text(text + "\n")

@@ -265,6 +265,37 @@ def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_r
         Setting(), above)
 
 
+def test_a_serving_sitting_takes_its_slo_as_vllms_goodput_flag_and_judges_and_says_by_it(monkeypatch, capsys):
+    """At the 1.5B shape neither server keeps a 150 ms TPOT at any rate on two cores: ``--goodput``
+    sets the SLO the rates are judged by, the client counts goodput by, and the report names."""
+    from pathlib import Path
+
+    from benchmarks import serving
+    from benchmarks.serving import METRICS, Setting, Slo, client_flags, markdown, summarize
+
+    def run(tpot99):
+        return {**dict.fromkeys(METRICS, 1.0), "p99_ttft_ms": 3000, "p99_tpot_ms": tpot99}
+
+    results = {"batchscope": {"0.25": [run(200)] * 2, "0.5": [run(280)] * 2},
+               "vllm": {"0.25": [run(260)] * 2, "0.5": [run(400)] * 2}}
+    assert summarize(results)["headline"]["batchscope"]["highest_rate_within_slo"] is None
+    loose = Slo.parse(["ttft:4000", "tpot:300"])
+    summary = summarize(results, loose)
+    assert summary["headline"]["batchscope"]["highest_rate_within_slo"] == 0.5
+    assert summary["headline"]["vllm"]["highest_rate_within_slo"] == 0.25
+    setting = Setting(slo=loose)
+    assert "SLO: TTFT p99 <= 4000 ms and TPOT p99 <= 300 ms;" in markdown(setting, summary)
+    flags = client_flags(setting, 0.5, Path("/model"), "default", run=1)
+    assert flags[flags.index("--goodput"):][:3] == ["--goodput", "ttft:4000", "tpot:300"]
+    assert Slo.parse(["tpot:250"]) == Slo(ttft_ms=2000, tpot_ms=250)
+    monkeypatch.setattr(serving.launch, "VLLM_PYTHON", Path(__file__))
+    for bad in (["itl:100"], ["tpot:-5"], ["tpot"], ["ttft:0"]):
+        monkeypatch.setattr(sys, "argv", ["serving", "--goodput", *bad])
+        with pytest.raises(SystemExit):
+            serving.parse_args()
+        assert "expected ttft:MS or tpot:MS with MS a positive number" in capsys.readouterr().err
+
+
 def test_serving_sends_only_the_sampling_a_sitting_sets_and_says_which():
     from pathlib import Path
 
