@@ -22,14 +22,15 @@ up. Each run reports TTFT / TPOT / ITL p50 and p99, output throughput and goodpu
 under the SLO (``--goodput ttft:2000 tpot:150`` by default, vLLM's flag and form: a bigger model
 on two cores cannot keep a 150 ms TPOT at any rate, and the sitting says which SLO it used).
 
-The headline, per engine: the highest rate whose median run kept the SLO at p99 (by default TTFT
-p99 <= 2 s and TPOT p99 <= 150 ms), it and every rate below it (a rate kept above one missed is reported beside it, not as the
-limit), and the best goodput; then Batchscope / vLLM ratios of that highest rate (by the medians,
-by the rate kept in every repeat, and each repeat's own; a bound where a server kept every rate
-tried, or none: its limit lies above the highest, or below the lowest) and of goodput per rate,
-with their spread over the repeats; the table gives each rate's TPOT p99 and goodput run by run
-beside the medians, and the last line each server's output at the highest rate tried against what
-the client offered (past a server's limit, its capacity, which bounds the rate it sustains).
+The headline, per engine: the highest rate whose median run kept the SLO at p99 (by default TTFT p99
+<= 2 s and TPOT p99 <= 150 ms), it and every rate below it (a rate kept above one missed is reported
+beside it, not as the limit), and the best goodput; then Batchscope / vLLM ratios of that highest
+rate (by the medians, by the rate kept in every repeat, and each repeat's own; a bound where a
+server kept every rate tried, or none: its limit lies above the highest, or below the lowest) and of
+goodput per rate, with their spread over the repeats; the table gives each rate's TPOT p99 and
+goodput run by run beside the medians, and the last line each server's output at the highest rate
+tried against what the client offered (past a server's limit, its capacity, which bounds the rate it
+sustains).
 Results: benchmarks/results/serving/serving.{json,md}.
 """
 from __future__ import annotations
