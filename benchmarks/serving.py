@@ -86,7 +86,8 @@ class Slo:
     def met_by(self, row: dict) -> bool:
         return row["p99_ttft_ms"] <= self.ttft_ms and row["p99_tpot_ms"] <= self.tpot_ms
 
-    def client_flags(self) -> list[str]:
+    def goodput_flags(self) -> list[str]:
+        """vLLM's client's ``--goodput`` for this SLO (and this module's own flag, in the same form)."""
         return ["--goodput", f"ttft:{self.ttft_ms:g}", f"tpot:{self.tpot_ms:g}"]
 
     def text(self) -> str:
@@ -170,7 +171,7 @@ def client_flags(setting: Setting, rate: float, tokenizer: Path, model: str, run
             "--random-range-ratio", str(setting.range_ratio), "--num-prompts", str(setting.num_prompts),
             "--request-rate", str(rate), "--seed", str(setting.seed + run), "--ignore-eos",
             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
-            *setting.slo.client_flags(), *sampling_flags(setting)]
+            *setting.slo.goodput_flags(), *sampling_flags(setting)]
 
 
 def sampling_flags(setting: Setting) -> list[str]:
@@ -376,7 +377,7 @@ def parse_args() -> tuple[Setting, Path]:
     parser.add_argument("--model", default=default.model, help="'default', an HF directory with a tokenizer, "
                         f"or a random-weight shape ({', '.join(SHAPES)})")
     parser.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
-                        help="the SLO, as vLLM's client takes it (default: ttft:2000 tpot:150)")
+                        help=f"the SLO, as vLLM's client takes it (default: {' '.join(Slo().goodput_flags()[1:])})")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     try:

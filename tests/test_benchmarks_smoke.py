@@ -268,8 +268,6 @@ def test_serving_summary_finds_the_highest_rate_within_the_slo_and_the_goodput_r
 def test_a_serving_sitting_takes_its_slo_as_vllms_goodput_flag_and_judges_and_says_by_it(monkeypatch, capsys):
     """At the 1.5B shape neither server keeps a 150 ms TPOT at any rate on two cores: ``--goodput``
     sets the SLO the rates are judged by, the client counts goodput by, and the report names."""
-    from pathlib import Path
-
     from benchmarks import serving
     from benchmarks.serving import METRICS, Setting, Slo, client_flags, markdown, summarize
 
