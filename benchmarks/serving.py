@@ -228,20 +228,36 @@ def median_of(runs: list[dict]) -> dict:
     return {name: statistics.median(r[name] for r in runs) for name in METRICS}
 
 
-def sustained_rates(by_rate: dict, slo: Slo) -> tuple[list[float], list[float]]:
+def split_at_first_miss(kept: dict[str, bool]) -> tuple[list[float], list[float]]:
     """The rates kept within the SLO from the lowest up to the first miss (what the server
     sustains), and those kept above a miss (a run's prompts can fall kindly at a higher rate)."""
-    rates = sorted(by_rate, key=float)
-    kept = [slo.met_by(by_rate[rate]) for rate in rates]
-    cut = kept.index(False) if False in kept else len(kept)
-    return [float(r) for r in rates[:cut]], [float(r) for r, ok in zip(rates[cut:], kept[cut:]) if ok]
+    rates = sorted(kept, key=float)
+    cut = next((i for i, rate in enumerate(rates) if not kept[rate]), len(rates))
+    return [float(r) for r in rates[:cut]], [float(r) for r in rates[cut:] if kept[r]]
+
+
+def sustained_rates(by_rate: dict, slo: Slo) -> tuple[list[float], list[float]]:
+    """``split_at_first_miss`` of one row (a median) per rate."""
+    return split_at_first_miss({rate: slo.met_by(row) for rate, row in by_rate.items()})
+
+
+def kept_in_every_run(by_rate: dict[str, list[dict]], slo: Slo) -> tuple[float | None, bool]:
+    """The highest rate that it and every rate below kept within the SLO in every one of their runs,
+    and whether that was every rate tried. In a sitting it is the lowest of the repeats' own limits;
+    it keeps that meaning for pooled sittings, whose rates have different numbers of runs."""
+    sustained, _ = split_at_first_miss({rate: all(slo.met_by(run) for run in runs) for rate, runs in by_rate.items()})
+    return max(sustained, default=None), len(sustained) == len(by_rate)
 
 
 def repeat_limits(by_rate: dict[str, list[dict]], slo: Slo) -> list[tuple[float | None, bool]]:
     """Per repeat, from that repeat's own runs: the highest rate kept within the SLO (from the lowest
-    up) and whether that was every rate tried."""
+    up) and whether that was every rate tried. None at all where the rates have different numbers of
+    runs (pooled sittings with different grids): no repeat then tried every rate."""
+    counts = {len(runs) for runs in by_rate.values()}
+    if len(counts) != 1:
+        return []
     limits = []
-    for repeat in range(len(next(iter(by_rate.values())))):
+    for repeat in range(counts.pop()):
         sustained, _ = sustained_rates({rate: runs[repeat] for rate, runs in by_rate.items()}, slo)
         limits.append((max(sustained, default=None), len(sustained) == len(by_rate)))
     return limits
@@ -269,13 +285,12 @@ def summarize(results: dict, slo: Slo = Slo()) -> dict:
         sustained, above = sustained_rates(by_rate, slo)
         by_medians = (max(sustained, default=None), len(sustained) == len(by_rate))  # all kept: its limit lies higher
         per_repeat = repeat_limits(results[name], slo)
-        every = None if any(rate is None for rate, _ in per_repeat) else min(rate for rate, _ in per_repeat)
-        limits[name] = {"by_medians": by_medians, "per_repeat": per_repeat,
-                        "in_every_repeat": (every, all(kept_all for _, kept_all in per_repeat))}
+        every = kept_in_every_run(results[name], slo)
+        limits[name] = {"by_medians": by_medians, "per_repeat": per_repeat, "in_every_repeat": every}
         headline[name] = {"highest_rate_within_slo": by_medians[0], "every_rate_within_slo": by_medians[1],
                           "kept_above_a_miss": above,
                           "highest_rate_each_repeat": [rate for rate, _ in per_repeat],
-                          "highest_rate_in_every_repeat": every,
+                          "highest_rate_in_every_repeat": every[0],
                           "best_goodput": max(row["request_goodput"] for row in by_rate.values())}
     ours, theirs = limits["batchscope"], limits["vllm"]
     lowest = min(float(rate) for rate in results["batchscope"])
@@ -305,7 +320,7 @@ def markdown(setting: Setting, summary: dict) -> str:
     lines = [f"SLO: {setting.slo.text()}; model {setting.model}, "
              f"{setting.backend}, {setting.dtype}, "
              f"random inputs {setting.input_len} and outputs {setting.output_len} x (1 +- {setting.range_ratio}) tokens, "
-             f"{setting.num_prompts} prompts per run, {setting.repeats} repeats (medians); sampling: "
+             f"{setting.num_prompts} prompts per run, {runs_text(summary)} (medians); sampling: "
              f"{' '.join(sampling_flags(setting)) or 'server defaults'}.", "",
              "| engine | rate | goodput req/s | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms "
              "| TPOT p99 per repeat ms | goodput per repeat |",
@@ -322,15 +337,23 @@ def markdown(setting: Setting, summary: dict) -> str:
     lines += ["", *(f"- {name}: highest rate within the SLO{highest_text(head[name], summary['lowest_rate'])}, "
                     f"best goodput {head[name]['best_goodput']:.2f} req/s" for name in ENGINES)]
     rates = summary["highest_rate_ratio"]
+    each = ", ".join(ratio_text(r) for r in rates["per_repeat"])  # none where pooled grids differ
     lines.append(f"- highest rate within the SLO, Batchscope / vLLM: {ratio_text(rates['by_medians'])} by the medians, "
-                 f"{ratio_text(rates['in_every_repeat'])} in every repeat; per repeat "
-                 + ", ".join(ratio_text(r) for r in rates["per_repeat"]))
+                 f"{ratio_text(rates['in_every_repeat'])} in every repeat" + (f"; per repeat {each}" if each else ""))
     ratio = head["best_goodput_ratio"]
     lines.append(f"- best goodput, Batchscope / vLLM: {ratio:.2f}x" if ratio else "- best goodput ratio: n/a")
     for rate, r in summary["goodput_ratio_per_rate"].items():
         if r:
             lines.append(f"- rate {rate}: goodput ratio {r['median']:.2f}x (repeats {r['min']:.2f}-{r['max']:.2f})")
     return "\n".join([*lines, top_rate_text(setting, summary)])
+
+
+def runs_text(summary: dict) -> str:
+    """How many runs each rate's medians are over: a sitting's repeats, or pooled sittings' runs."""
+    counts = sorted({len(runs["p99_tpot_ms"]) for by_rate in summary["per_repeat"].values() for runs in by_rate.values()})
+    if len(counts) == 1:
+        return f"{counts[0]} repeats"
+    return f"{counts[0]}-{counts[-1]} runs a rate"
 
 
 def top_rate_text(setting: Setting, summary: dict) -> str:
@@ -435,9 +458,17 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
+    report(out, setting, results)
+
+
+def report(out: Path, setting: Setting, results: dict, preface: tuple[str, ...] = (), **extra) -> None:
+    """Judge ``results`` by the setting's SLO, write serving.json and serving.md under ``out`` and
+    print the text (``preface``: lines above it; ``extra``: more keys for the JSON)."""
     summary = summarize(results, setting.slo)
-    (out / "serving.json").write_text(json.dumps({"setting": asdict(setting), "results": results, **summary}, indent=1))
-    text = markdown(setting, summary)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = {"setting": asdict(setting), **extra, "results": results, **summary}
+    (out / "serving.json").write_text(json.dumps(saved, indent=1))
+    text = "\n".join([*preface, markdown(setting, summary)])
     (out / "serving.md").write_text(text + "\n")
     print(text)
 

