@@ -31,7 +31,8 @@ goodput per rate, with their spread over the repeats; the table gives each rate'
 goodput run by run beside the medians, and the last line each server's output at the highest rate
 tried against what the client offered (past a server's limit, its capacity, which bounds the rate it
 sustains).
-Results: benchmarks/results/serving/serving.{json,md}.
+Results: benchmarks/results/serving/serving.{json,md}; ``python -m benchmarks.serving_pool`` reports
+several sittings' runs pooled rate by rate.
 """
 from __future__ import annotations
 
@@ -444,6 +445,18 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def report(out: Path, setting: Setting, results: dict, preface: tuple[str, ...] = (), **extra) -> None:
+    """Judge ``results`` by the setting's SLO, write serving.json and serving.md under ``out`` and
+    print the text (``preface``: lines above it; ``extra``: more keys for the JSON)."""
+    summary = summarize(results, setting.slo)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = {"setting": asdict(setting), **extra, "results": results, **summary}
+    (out / "serving.json").write_text(json.dumps(saved, indent=1))
+    text = "\n".join([*preface, markdown(setting, summary)])
+    (out / "serving.md").write_text(text + "\n")
+    print(text)
+
+
 def main() -> None:
     setting, out = parse_args()
     exit_on_sigterm()
@@ -459,18 +472,6 @@ def main() -> None:
         for server in servers.values():
             server.stop()
     report(out, setting, results)
-
-
-def report(out: Path, setting: Setting, results: dict, preface: tuple[str, ...] = (), **extra) -> None:
-    """Judge ``results`` by the setting's SLO, write serving.json and serving.md under ``out`` and
-    print the text (``preface``: lines above it; ``extra``: more keys for the JSON)."""
-    summary = summarize(results, setting.slo)
-    out.mkdir(parents=True, exist_ok=True)
-    saved = {"setting": asdict(setting), **extra, "results": results, **summary}
-    (out / "serving.json").write_text(json.dumps(saved, indent=1))
-    text = "\n".join([*preface, markdown(setting, summary)])
-    (out / "serving.md").write_text(text + "\n")
-    print(text)
 
 
 if __name__ == "__main__":
