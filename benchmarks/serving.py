@@ -252,8 +252,8 @@ def kept_in_every_run(by_rate: dict[str, list[dict]], slo: Slo) -> tuple[float |
 
 def repeat_limits(by_rate: dict[str, list[dict]], slo: Slo) -> list[tuple[float | None, bool]]:
     """Per repeat, from that repeat's own runs: the highest rate kept within the SLO (from the lowest
-    up) and whether that was every rate tried. None at all where the rates have different numbers of
-    runs (pooled sittings with different grids): no repeat then tried every rate."""
+    up) and whether that was every rate tried. An empty list where the rates have different numbers
+    of runs (pooled sittings with different grids): no repeat then tried every rate."""
     counts = {len(runs) for runs in by_rate.values()}
     if len(counts) != 1:
         return []
