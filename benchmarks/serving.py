@@ -352,6 +352,8 @@ def markdown(setting: Setting, summary: dict) -> str:
 def runs_text(summary: dict) -> str:
     """How many runs each rate's medians are over: a sitting's repeats, or pooled sittings' runs."""
     counts = sorted({len(runs["p99_tpot_ms"]) for by_rate in summary["per_repeat"].values() for runs in by_rate.values()})
+    if counts == [1]:
+        return "1 repeat"
     if len(counts) == 1:
         return f"{counts[0]} repeats"
     return f"{counts[0]}-{counts[-1]} runs a rate"

@@ -411,6 +411,9 @@ def test_the_serving_table_gives_each_rates_tpot_p99_and_goodput_per_repeat():
     assert row.endswith("| 98, 170 | 5.06, 3.10 |")
     row = next(line for line in table.splitlines() if line.startswith("| vllm | 5.5 |"))
     assert row.endswith("| 305, 277 | 1.25, 0.60 |")
+    first_runs = {name: {"5.5": by_rate["5.5"][:1]} for name, by_rate in results.items()}
+    single = markdown(Setting(repeats=1), summarize(first_runs))
+    assert "128 prompts per run, 1 repeat (medians)" in single
 
 
 def test_the_highest_rate_tried_gives_each_servers_output_against_what_was_offered():
