@@ -58,6 +58,7 @@ from .shapes import SHAPES, shaped_model, words_tokenizer  # noqa: E402
 
 ENGINES = ("batchscope", "vllm")
 OUT = ROOT / "benchmarks" / "results" / "serving"
+SAVED = "serving.json"  # what a sitting saves under its --out: its setting, runs and summary
 METRICS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms",
            "output_throughput", "request_goodput", "completed")
 # What decides a rate, run by run: a median of two runs reads 134 ms from 98 and 170, one run in the SLO
@@ -352,11 +353,9 @@ def markdown(setting: Setting, summary: dict) -> str:
 def runs_text(summary: dict) -> str:
     """How many runs each rate's medians are over: a sitting's repeats, or pooled sittings' runs."""
     counts = sorted({len(runs["p99_tpot_ms"]) for by_rate in summary["per_repeat"].values() for runs in by_rate.values()})
-    if counts == [1]:
-        return "1 repeat"
-    if len(counts) == 1:
-        return f"{counts[0]} repeats"
-    return f"{counts[0]}-{counts[-1]} runs a rate"
+    if len(counts) > 1:
+        return f"{counts[0]}-{counts[-1]} runs a rate"
+    return f"{counts[0]} repeat" + ("s" if counts[0] != 1 else "")
 
 
 def top_rate_text(setting: Setting, summary: dict) -> str:
@@ -453,7 +452,7 @@ def report(out: Path, setting: Setting, results: dict, preface: tuple[str, ...] 
     summary = summarize(results, setting.slo)
     out.mkdir(parents=True, exist_ok=True)
     saved = {"setting": asdict(setting), **extra, "results": results, **summary}
-    (out / "serving.json").write_text(json.dumps(saved, indent=1))
+    (out / SAVED).write_text(json.dumps(saved, indent=1))
     text = "\n".join([*preface, markdown(setting, summary)])
     (out / "serving.md").write_text(text + "\n")
     print(text)

@@ -22,7 +22,7 @@ import json
 from dataclasses import fields, replace
 from pathlib import Path
 
-from .serving import ENGINES, OUT, Setting, Slo, report
+from .serving import ENGINES, OUT, SAVED, Setting, Slo, report
 
 FREE = ("rates", "repeats", "seed")  # what may differ between sittings that pool
 POOLED_OUT = OUT.parent / "serving-pooled"
@@ -30,9 +30,9 @@ POOLED_OUT = OUT.parent / "serving-pooled"
 
 def load_sitting(path: Path) -> tuple[Setting, dict]:
     """A sitting's setting and runs from its directory or its serving.json."""
-    file = path / "serving.json" if path.is_dir() else path
+    file = path / SAVED if path.is_dir() else path
     if not file.is_file():
-        raise ValueError(f"{path}: no serving.json (the --out directory of `python -m benchmarks.serving`)")
+        raise ValueError(f"{path}: no {SAVED} (the --out directory of `python -m benchmarks.serving`)")
     try:
         saved = json.loads(file.read_text())
     except json.JSONDecodeError as error:
@@ -79,7 +79,7 @@ def pool(paths: list[Path], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serving_pool", description=__doc__.splitlines()[0])
-    parser.add_argument("sittings", type=Path, nargs="+", help="a sitting's --out directory or its serving.json")
+    parser.add_argument("sittings", type=Path, nargs="+", help=f"a sitting's --out directory or its {SAVED}")
     parser.add_argument("--out", type=Path, default=POOLED_OUT)
     args = parser.parse_args()
     try:
