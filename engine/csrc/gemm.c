@@ -36,8 +36,12 @@
  * thread's own: panels go out in consecutive shares). Only with two passes (16-24 rows), as in
  * gemm_bf16.c, where more passes gained nothing and prefill sizes lost. W1 fp32 step by step
  * (benchmarks.lockstep, 3 rounds): decode-only steps 0.987x the time at 135M, 0.968x at the 0.5B
- * shape; prefill-heavy steps 0.995x and 1.002x. */
-#define NEXT_PANEL_PASSES 2
+ * shape; prefill-heavy steps 0.995x and 1.002x. Since then as in gemm_bf16.c (linear_rows.h): one pass
+ * of 8 rows or more prefetches the next panel too (its own stream is then a panel ahead), and the
+ * passes are balanced (16 rows: 8 + 8, the last pass as long as the first). W1 fp32's decode-only
+ * steps at 135M, step by step and split by their rows: 8-12 rows 0.966x the time, 13-15 rows 0.933x,
+ * 16 rows 0.959x, 17 rows 0.975x, 18-24 rows 0.975-1.005x; at the 0.5B shape (the single pass alone)
+ * 8-12 rows 0.928x, 13-15 rows 0.899x. */
 
 /* Columns c0..c0+31 of panel p at depth k, as two vectors. */
 static inline __attribute__((always_inline)) void panel_row(const void *packed, int bf16, int64_t at, vf *lo, vf *hi) {
@@ -124,10 +128,9 @@ void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed)
         }
 }
 
-/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. Up to
- * BS_LINEAR_ROWS rows go in one block (7 rows: one pass over the weights, not 4 + 2 + 1; 1.3x at 7
- * rows); more in blocks of BS_LINEAR_PASS_ROWS, and what is left in one block of its own size. A
- * block's rows each keep their own chain, so a row's result does not depend on its block.
+/* out [m, n] contiguous; x [m, k] with rows x_stride floats apart; bias NULL or [n]. The rows go over
+ * each panel in passes (linear_rows.h: row_passes; 7 rows in one pass, not 4 + 2 + 1: 1.3x at 7 rows).
+ * A pass's rows each keep their own chain, so a row's result does not depend on its pass.
  * Panels go out in shares that a thread which runs out takes over from the back (panel_shares.h):
  * each thread streams long runs of the weights, and the faster one takes the last panels when the
  * two vCPUs run at different speeds (they do, by up to 20% from moment to moment on a shared host).
@@ -136,22 +139,21 @@ void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed)
 void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, const float *bias, float *out,
                int64_t m, int64_t n, int64_t k, int num_threads) {
     const Kernel *kernels = bf16 ? KERNELS_BF16 : KERNELS_F32;
-    const int64_t panels = n / PANEL;
-    const int64_t block = m <= BS_LINEAR_ROWS ? m : BS_LINEAR_PASS_ROWS;
-    /* the next panel, in the last pass */
-    const int prefetching = m > BS_LINEAR_ROWS && m <= NEXT_PANEL_PASSES * BS_LINEAR_PASS_ROWS;
+    const int64_t passes = row_passes(m);
+    const int prefetching = prefetches_next_panel(m);  /* the next panel, in the last pass */
     if (k < 1) return no_depth(bias, out, m, n);
     PanelShare shares[BS_MAX_SHARES];
-    const int threads = share_panels(shares, num_threads, panels);
+    const int threads = share_panels(shares, num_threads, n / PANEL);
 #pragma omp parallel num_threads(threads)
     {
         int64_t first, last, until;
         while (take_run(shares, threads, omp_get_thread_num(), &first, &last, &until))
             for (int64_t p = first; p < last; p++)
-                for (int64_t r = 0; r < m; r += block) {
-                    const int64_t rows = m - r < block ? m - r : block;
-                    const int next = prefetching && r + rows == m && p + 1 < until;
+                for (int64_t r = 0, left = passes; r < m; left--) {
+                    const int rows = pass_rows(m - r, left);
+                    const int next = prefetching && left == 1 && p + 1 < until;
                     kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
+                    r += rows;
                 }
     }
 }

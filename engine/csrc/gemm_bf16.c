@@ -47,8 +47,7 @@
  * it (prefill-heavy steps 1.013x). One pass of 8 rows or more prefetches the next panel too (its own
  * stream is then two panels deep): W1's decode-only steps 0.989x and 0.992x the time at 135M, 0.982x
  * at the 0.5B shape (3 rounds each); from 2 rows 1.004x, from 10 rows 0.996x: below 8 rows the stream
- * alone bounds a pass. */
-#define NEXT_PANEL_PASSES 2
+ * alone bounds a pass (linear_rows.h: prefetches_next_panel). */
 
 int bs_linear_bf16_pairs_available(void) { return 1; }
 
@@ -126,9 +125,7 @@ static void to_bf16_pairs(const float *x, int64_t k, uint16_t *row) {
     if (k % 2) row[k] = 0;
 }
 
-/* How a linear's rows go over its panels: up to BS_LINEAR_ROWS rows in one block; more in as few blocks
- * of at most BS_LINEAR_PASS_ROWS as they need, of balanced sizes (17 rows: 9 + 8, two passes over a
- * panel rather than 12 + 5). */
+/* How a linear's rows go over its panels (linear_rows.h: row_passes) and which threads take them. */
 typedef struct {
     int64_t pairs, passes, m, n;
     int prefetching;  /* the next panel, in the last pass */
@@ -138,8 +135,8 @@ typedef struct {
 
 static void plan_linear(Plan *p, int64_t m, int64_t n, int64_t k, int num_threads) {
     p->pairs = (k + 1) / 2, p->m = m, p->n = n;
-    p->passes = m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
-    p->prefetching = p->passes <= NEXT_PANEL_PASSES && m >= 8;
+    p->passes = row_passes(m);
+    p->prefetching = prefetches_next_panel(m);
     p->threads = share_panels(p->shares, num_threads, n / PANEL);
 }
 
@@ -153,11 +150,11 @@ static void stream_panels(Plan *p, const uint32_t *xb, const uint16_t *packed, c
         for (int64_t c = first; c < last; c++) {
             const uint16_t *panel = packed + c * pairs * PANEL * 2;
             const int ahead = p->prefetching && c + 1 < until;
-            for (int64_t r = 0, left = m, blocks = p->passes; left > 0; blocks--) {
-                const int rows = (int)((left + blocks - 1) / blocks);
-                const uint16_t *next = ahead && blocks == 1 ? panel + pairs * PANEL * 2 : NULL;
+            for (int64_t r = 0, left = p->passes; r < m; left--) {
+                const int rows = pass_rows(m - r, left);
+                const uint16_t *next = ahead && left == 1 ? panel + pairs * PANEL * 2 : NULL;
                 KERNELS[rows](xb + r * pairs, pairs, panel, bias, c * PANEL, out + r * n, n, next);
-                r += rows, left -= rows;
+                r += rows;
             }
         }
 }

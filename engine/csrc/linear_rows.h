@@ -14,10 +14,27 @@
 #define BATCHSCOPE_LINEAR_ROWS_H
 #include <stdint.h>
 
+#include "batchscope.h"
+
 /* Put before the loop that zeroes a block's accumulators, `depth` the trip count of the loop after it. */
 #define ACCUMULATORS_IN_REGISTERS(depth)      \
     if ((depth) < 1) __builtin_unreachable(); \
     _Pragma("GCC unroll 16")
+
+/* How a linear's m rows go over each weight panel: up to BS_LINEAR_ROWS rows in one pass; more in as
+ * few passes of at most BS_LINEAR_PASS_ROWS as they need, of balanced sizes (16 rows: 8 + 8, not
+ * 12 + 4; 17 rows: 9 + 8). */
+static inline int64_t row_passes(int64_t m) {
+    return m <= BS_LINEAR_ROWS ? 1 : (m + BS_LINEAR_PASS_ROWS - 1) / BS_LINEAR_PASS_ROWS;
+}
+
+/* The rows of the next pass, `left` rows to go in `passes` passes. */
+static inline int pass_rows(int64_t left, int64_t passes) { return (int)((left + passes - 1) / passes); }
+
+/* Whether the last pass over a panel prefetches the next panel into L2 (the kernels' notes): from 8
+ * rows (below, the weight stream alone bounds a pass) to two passes (more passes gained nothing, and
+ * at prefill sizes the next panel evicts the rows from L2). */
+static inline int prefetches_next_panel(int64_t m) { return m >= 8 && row_passes(m) <= 2; }
 
 /* out [m, n] of a linear without depth (k == 0): its bias, or zeros. The kernels answer it here, so
  * that their row blocks may take the depth to be at least 1. */
