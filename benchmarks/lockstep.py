@@ -6,7 +6,8 @@ by 10-25% from minute to minute, so two runs a minute apart (let alone two proce
 a 3% change. Here two engines with the same weights and configuration take the same requests,
 and each step runs on one and then on the other, the order alternating from step to step, so both
 builds see the same moments of the host. The ratio of their summed step times is taken per kind of
-step (prefill-heavy: any prefill rows; decode-only) and per round; the rounds give its spread.
+step (prefill-heavy: any prefill rows; decode-only), for the decode-only steps also per band of rows
+(DECODE_BANDS, each with its share of their time), and per round; the rounds give its spread.
 Two identical builds read 0.99-1.01.
 
 The baseline's sources are compiled with this tree's compiler and flags. The weights are packed
@@ -34,6 +35,11 @@ from .settings import SETTINGS
 from .workloads import WORKLOADS, Workload, build
 
 KINDS = ("prefill", "decode")
+# Decode-only steps by their rows, at the linear kernels' regimes (engine/csrc/linear_rows.h): below 8
+# rows the weight stream bounds a pass; 8-15 rows go in one pass over each panel, 16-24 in two, more
+# in three or more. A workload's "median batch" hides where its decode time goes: W1 at 135M has a
+# median of 16 rows, yet most of its decode-only time is at 1-7 and 20-24 rows.
+DECODE_BANDS = ((1, 7), (8, 15), (16, 24), (25, None))
 
 
 def baseline_sources(baseline: str, into: Path) -> list[Path]:
@@ -81,20 +87,39 @@ def step_kind(result) -> str:
     return "decode" if all(s.kind == "decode" for s in result.record.segments) else "prefill"
 
 
+def band_key(low: int, high: int | None) -> str:
+    return f"decode {low}-{high} rows" if high is not None else f"decode {low}+ rows"
+
+
+def decode_band(rows: int) -> str:
+    """The key of the band of DECODE_BANDS a decode-only step of ``rows`` rows falls in."""
+    return band_key(*next((lo, hi) for lo, hi in DECODE_BANDS if hi is None or rows <= hi))
+
+
+def step_keys(result) -> tuple[str, ...]:
+    """Where a step's time is summed: its kind, and a decode-only step's band of rows too."""
+    kind = step_kind(result)
+    if kind == "prefill":
+        return (kind,)
+    return kind, decode_band(sum(s.num_rows for s in result.record.segments))
+
+
 def run_round(engines: dict, libraries: dict, workload: Workload, first: int) -> dict:
     """The workload on both engines in lockstep; summed step seconds per build and kind."""
     for engine in engines.values():
         for spec in workload.requests:
             engine.add_request(spec.prompt, SamplingParams(max_tokens=spec.max_tokens, temperature=0,
                                                            ignore_eos=True))
-    spent = {name: dict.fromkeys(KINDS, 0.0) for name in engines}
+    spent = {name: dict.fromkeys(KINDS, 0.0) for name in engines}  # and the decode bands met
     names, step = list(engines), first
     while any(e.has_unfinished for e in engines.values()):
         for name in (names if step % 2 == 0 else names[::-1]):
             with cpu_kernels.using(libraries[name]):
                 start = time.perf_counter()
                 result = engines[name].step()
-                spent[name][step_kind(result)] += time.perf_counter() - start
+                took = time.perf_counter() - start
+                for key in step_keys(result):
+                    spent[name][key] = spent[name].get(key, 0.0) + took
         step += 1
     return spent
 
@@ -102,15 +127,34 @@ def run_round(engines: dict, libraries: dict, workload: Workload, first: int) ->
 def ratios(spent: dict) -> dict:
     """current / baseline time per kind and over all steps (below 1: the current build is faster)."""
     cur, base = spent["current"], spent["baseline"]
-    out = {kind: cur[kind] / base[kind] for kind in KINDS if base[kind] > 0}
-    out["all"] = sum(cur.values()) / sum(base.values())
+    out = {key: cur[key] / base[key] for key in base if base[key] > 0}
+    out["all"] = sum(cur[kind] for kind in KINDS) / sum(base[kind] for kind in KINDS)
     return out
 
 
 def summary(rounds: list[dict]) -> dict:
-    keys = rounds[0].keys()
+    keys = [k for k in rounds[0] if all(k in r for r in rounds)]
     return {k: {"median": statistics.median(r[k] for r in rounds), "min": min(r[k] for r in rounds),
                 "max": max(r[k] for r in rounds)} for k in keys}
+
+
+def decode_shares(spent_rounds: list[dict]) -> dict:
+    """Each decode band's share of the baseline's decode-only time over all rounds, in band order."""
+    base = [spent["baseline"] for spent in spent_rounds]
+    total = sum(b["decode"] for b in base)
+    met = [band_key(*band) for band in DECODE_BANDS if any(band_key(*band) in b for b in base)]
+    return {band: sum(b.get(band, 0.0) for b in base) / total for band in met} if total > 0 else {}
+
+
+def report(result: dict) -> str:
+    """The summary line, then the decode bands' ratios with their shares of the decode time."""
+    main_keys = (*KINDS, "all")
+    line = ", ".join(f"{k} {s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}]"
+                     for k, s in result["summary"].items() if k in main_keys)
+    bands = ", ".join(f"{band.removeprefix('decode ')} {result['summary'][band]['median']:.3f} ({share:.0%})"
+                      for band, share in result["decode_shares"].items() if band in result["summary"])
+    return f"median [min-max]: {line}" + (f"\ndecode-only steps by rows, median (share of their time): {bands}"
+                                          if bands else "")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -147,15 +191,17 @@ def main(argv: list[str] | None = None) -> dict:
         engines = {name: make_engine(args) for name in libraries}
         vocab = engines["current"].loaded.config.vocab_size
         run_round(engines, libraries, build(args.workload, SETTINGS[args.setting], 1, vocab), 0)  # warm-up
-        workload, rounds = build(args.workload, SETTINGS[args.setting], 0, vocab), []
+        workload, spent_rounds = build(args.workload, SETTINGS[args.setting], 0, vocab), []
         for r in range(args.rounds):
-            rounds.append(ratios(run_round(engines, libraries, workload, r)))
-            print(f"round {r}: current / baseline time " + ", ".join(f"{k} {v:.3f}" for k, v in rounds[-1].items()),
+            spent_rounds.append(run_round(engines, libraries, workload, r))
+            shown = {k: v for k, v in ratios(spent_rounds[-1]).items() if not k.startswith("decode ")}
+            print(f"round {r}: current / baseline time " + ", ".join(f"{k} {v:.3f}" for k, v in shown.items()),
                   flush=True)
+    rounds = [ratios(spent) for spent in spent_rounds]
     result = {"baseline": args.baseline, "dtype": args.dtype, "workload": args.workload, "setting": args.setting,
-              "neighbour": args.neighbour and vars(args.neighbour), "rounds": rounds, "summary": summary(rounds)}
-    print("median [min-max]: " + ", ".join(f"{k} {s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}]"
-                                           for k, s in result["summary"].items()))
+              "neighbour": args.neighbour and vars(args.neighbour), "rounds": rounds, "summary": summary(rounds),
+              "decode_shares": decode_shares(spent_rounds)}
+    print(report(result))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))

@@ -355,7 +355,11 @@ def runs_text(summary: dict) -> str:
     counts = sorted({len(runs["p99_tpot_ms"]) for by_rate in summary["per_repeat"].values() for runs in by_rate.values()})
     if len(counts) > 1:
         return f"{counts[0]}-{counts[-1]} runs a rate"
-    return f"{counts[0]} repeat" + ("s" if counts[0] != 1 else "")
+    return repeats_text(counts[0])
+
+
+def repeats_text(count: int) -> str:
+    return f"{count} repeat" + ("s" if count != 1 else "")
 
 
 def top_rate_text(setting: Setting, summary: dict) -> str:

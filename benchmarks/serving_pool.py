@@ -22,7 +22,7 @@ import json
 from dataclasses import fields, replace
 from pathlib import Path
 
-from .serving import ENGINES, OUT, SAVED, Setting, Slo, report
+from .serving import ENGINES, OUT, SAVED, Setting, Slo, repeats_text, report
 
 FREE = ("rates", "repeats", "seed")  # what may differ between sittings that pool
 POOLED_OUT = OUT.parent / "serving-pooled"
@@ -71,7 +71,7 @@ def pool(paths: list[Path], out: Path) -> None:
     sittings = [load_sitting(path) for path in paths]
     setting = pooled_setting([s for s, _ in sittings], paths)
     results = pool_results([r for _, r in sittings])
-    described = [f"{path} (rates {', '.join(f'{rate:g}' for rate in s.rates)}; {s.repeats} repeats)"
+    described = [f"{path} (rates {', '.join(f'{rate:g}' for rate in s.rates)}; {repeats_text(s.repeats)})"
                  for path, (s, _) in zip(paths, sittings, strict=True)]
     report(out, setting, results, preface=(f"Pooled from {len(paths)} sittings: {'; '.join(described)}.", ""),
            pooled_from=[str(path) for path in paths])

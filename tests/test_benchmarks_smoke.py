@@ -97,9 +97,10 @@ def test_llama_cpp_peer_streams_every_token_from_its_server(tmp_path, monkeypatc
             assert ids == [UNSEEN if i % 3 == 1 or i == len(ids) - 1 else (ids[0] + i) % 1000 for i in range(len(ids))]
 
 
-def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_dir, tmp_path):
+def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_dir, tmp_path, capsys):
     """Two builds of the same kernel sources, the tiny workload in lockstep: every kind of step
-    gets a ratio per round and a summary; nothing about their values (no timing asserts)."""
+    gets a ratio per round and a summary, the decode-only steps by their band of rows too, with
+    each band's share of their time; nothing about the ratios' values (no timing asserts)."""
     from benchmarks import lockstep
     from engine import cpu_kernels
 
@@ -110,10 +111,26 @@ def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_d
                             "--rounds", "2", "--kv-cache-gb", "0.01", "--neighbour", "0.2,1", "--out", str(out)])
     assert result["neighbour"] == {"busy_ms": 0.2, "period_ms": 1.0}
     assert len(result["rounds"]) == 2
-    assert set(result["summary"]) == {"prefill", "decode", "all"}
+    bands = [lockstep.band_key(*band) for band in lockstep.DECODE_BANDS]
+    assert {"prefill", "decode", "all"} <= set(result["summary"]) <= {"prefill", "decode", "all", *bands}
     assert all(r["all"] > 0 for r in result["rounds"])
+    shares = result["decode_shares"]
+    assert shares and list(shares) == [b for b in bands if b in shares]  # in band order
+    assert sum(shares.values()) == pytest.approx(1.0)
+    printed = capsys.readouterr().out
+    for band, share in shares.items():
+        median = result["summary"][band]["median"]
+        assert f"{band.removeprefix('decode ')} {median:.3f} ({share:.0%})" in printed
     assert json.loads(out.read_text()) == result
     assert cpu_kernels.load() is cpu_kernels.built()  # the baseline was swapped out again
+
+
+def test_lockstep_puts_a_decode_step_in_the_band_of_its_rows():
+    from benchmarks.lockstep import decode_band
+
+    assert [decode_band(r) for r in (1, 7, 8, 15, 16, 24, 25, 300)] == [
+        "decode 1-7 rows", "decode 1-7 rows", "decode 8-15 rows", "decode 8-15 rows",
+        "decode 16-24 rows", "decode 16-24 rows", "decode 25+ rows", "decode 25+ rows"]
 
 
 def test_the_instruction_peak_puts_each_linear_against_the_vector_units_own_peak(tiny_model_dir, tmp_path, capsys):
@@ -473,6 +490,10 @@ def test_serving_sittings_pool_rate_by_rate_and_refuse_what_differs(tmp_path, mo
     assert "2.00x by the medians, 4.00x in every repeat\n" in text
     assert next(line for line in text.splitlines() if line.startswith("| vllm | 0.25 |")).endswith(
         "| 402, 265, 250, 260 | 1.00, 1.00, 1.00, 1.00 |")
+    report(tmp_path / "e", Setting(rates=(0.0625,), repeats=1, slo=slo),
+           {"batchscope": {"0.0625": [run(150)]}, "vllm": {"0.0625": [run(250)]}})
+    serving_pool.pool([tmp_path / "a", tmp_path / "e"], tmp_path / "pooled-e")
+    assert f"; {tmp_path / 'e'} (rates 0.0625; 1 repeat).\n" in (tmp_path / "pooled-e" / "serving.md").read_text()
     report(tmp_path / "c", Setting(rates=(0.125,), dtype="bfloat16", slo=slo), second)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "serving.json").write_text("{")
