@@ -38,7 +38,7 @@ KINDS = ("prefill", "decode")
 # Decode-only steps by their rows, at the linear kernels' regimes (engine/csrc/linear_rows.h): below 8
 # rows the weight stream bounds a pass; 8-15 rows go in one pass over each panel, 16-24 in two, more
 # in three or more. A workload's "median batch" hides where its decode time goes: W1 at 135M has a
-# median of 16 rows, yet most of its decode-only time is at 1-7 and 20-24 rows.
+# median of 16 rows, yet most of its decode-only time is at 1-7 and 17-24 rows.
 DECODE_BANDS = ((1, 7), (8, 15), (16, 24), (25, None))
 
 
@@ -105,7 +105,7 @@ def step_keys(result) -> tuple[str, ...]:
 
 
 def run_round(engines: dict, libraries: dict, workload: Workload, first: int) -> dict:
-    """The workload on both engines in lockstep; summed step seconds per build and kind."""
+    """The workload on both engines in lockstep; summed step seconds per build, kind and decode band."""
     for engine in engines.values():
         for spec in workload.requests:
             engine.add_request(spec.prompt, SamplingParams(max_tokens=spec.max_tokens, temperature=0,
