@@ -149,9 +149,9 @@ void bs_linear(const float *x, int64_t x_stride, const void *packed, int bf16, c
         int64_t first, last, until;
         while (take_run(shares, threads, omp_get_thread_num(), &first, &last, &until))
             for (int64_t p = first; p < last; p++)
-                for (int64_t r = 0, left = passes; r < m; left--) {
-                    const int rows = pass_rows(m - r, left);
-                    const int next = prefetching && left == 1 && p + 1 < until;
+                for (int64_t r = 0, passes_left = passes; r < m; passes_left--) {
+                    const int rows = pass_rows(m - r, passes_left);
+                    const int next = prefetching && passes_left == 1 && p + 1 < until;
                     kernels[rows](x + r * x_stride, x_stride, packed, bias, out + r * n, n, k, p, next);
                     r += rows;
                 }

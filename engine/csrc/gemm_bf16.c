@@ -150,9 +150,9 @@ static void stream_panels(Plan *p, const uint32_t *xb, const uint16_t *packed, c
         for (int64_t c = first; c < last; c++) {
             const uint16_t *panel = packed + c * pairs * PANEL * 2;
             const int ahead = p->prefetching && c + 1 < until;
-            for (int64_t r = 0, left = p->passes; r < m; left--) {
-                const int rows = pass_rows(m - r, left);
-                const uint16_t *next = ahead && left == 1 ? panel + pairs * PANEL * 2 : NULL;
+            for (int64_t r = 0, passes_left = p->passes; r < m; passes_left--) {
+                const int rows = pass_rows(m - r, passes_left);
+                const uint16_t *next = ahead && passes_left == 1 ? panel + pairs * PANEL * 2 : NULL;
                 KERNELS[rows](xb + r * pairs, pairs, panel, bias, c * PANEL, out + r * n, n, next);
                 r += rows;
             }
