@@ -78,33 +78,6 @@ static void lay_out_values(const Args *c, const Lane *l, int64_t j) {
     }
 }
 
-/* A 16 x 16 matrix of 32-bit words, one row a vector, transposed in place: four rounds that swap
- * the off-diagonal d x d blocks (d = 8, 4, 2, 1). SWAP_FROM[round] gives, for rows i and i + d (i
- * without bit d), where each lane of the new row i and of the new row i + d comes from in a
- * two-source permute of the two (0-15: row i, 16-31: row i + d). */
-static const int32_t SWAP_FROM[4][2][16] __attribute__((aligned(64))) = {
-    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
-    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
-};
-
-static inline void transpose_words(__m512i r[16]) {
-    for (int round = 0, d = 8; d > 0; round++, d /= 2) {
-        const __m512i lower = _mm512_load_si512(SWAP_FROM[round][0]), upper = _mm512_load_si512(SWAP_FROM[round][1]);
-        for (int i = 0; i < 16; i++)
-            if (!(i & d)) {
-                const __m512i a = r[i], b = r[i + d];
-                r[i] = _mm512_permutex2var_epi32(a, lower, b);
-                r[i + d] = _mm512_permutex2var_epi32(a, upper, b);
-            }
-    }
-}
-
 /* Keys j0 .. j0 + 15 (j0 a multiple of 16; those past the lane's keys as zeros) into kt: per depth
  * block, their 16 pair words each, transposed so that each pair's row holds the 16 keys' words.
  * (Scattered one word at a time, the layout took ~14% of the kernel body's samples at a W1-like step;
@@ -112,14 +85,14 @@ static inline void transpose_words(__m512i r[16]) {
 static void lay_out_keys(const Args *c, const Lane *l, int64_t j0) {
     const int64_t b = j0 / KEYS, half = j0 % KEYS / 16, depth_blocks = c->dim / DEPTH;
     for (int64_t db = 0; db < depth_blocks; db++) {
-        __m512i r[16];
+        vf r[16];  /* each key's 16 pair words, as 32-bit lanes */
         for (int key = 0; key < 16; key++)
-            r[key] = j0 + key < l->keys ? _mm512_loadu_si512(cache_row(c, c->k_cache, l->table, j0 + key, l->kv_head)
-                                                             + db * DEPTH)
-                                        : _mm512_setzero_si512();
-        transpose_words(r);
+            r[key] = j0 + key < l->keys ? (vf)_mm512_loadu_si512(cache_row(c, c->k_cache, l->table, j0 + key, l->kv_head)
+                                                                 + db * DEPTH)
+                                        : (vf){0};
+        transpose16(r);
         uint16_t *rows = l->kt + ((b * depth_blocks + db) * 2 + half) * 16 * 32;
-        for (int p = 0; p < 16; p++) _mm512_storeu_si512(rows + p * 32, r[p]);
+        for (int p = 0; p < 16; p++) _mm512_storeu_si512(rows + p * 32, (__m512i)r[p]);
     }
 }
 

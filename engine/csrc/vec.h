@@ -113,6 +113,35 @@ static inline vf reduce16(const vf *d) {
          + SHUFFLE(t[0], t[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
+/* A 16 x 16 matrix of 32-bit lanes, one row a vector, transposed in place: four rounds that swap the
+ * off-diagonal d x d blocks of rows i and i + d (d = 8, 4, 2, 1; i without bit d), each row a
+ * two-source permute of the two (lanes 0-15 from row i, 16-31 from row i + d). */
+static inline void transpose16(vf r[16]) {
+    for (int i = 0; i < 16; i++)
+        if (!(i & 8)) {
+            const vf a = r[i], b = r[i + 8];
+            r[i] = SHUFFLE(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+            r[i + 8] = SHUFFLE(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        }
+    for (int i = 0; i < 16; i++)
+        if (!(i & 4)) {
+            const vf a = r[i], b = r[i + 4];
+            r[i] = SHUFFLE(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            r[i + 4] = SHUFFLE(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+    for (int i = 0; i < 16; i++)
+        if (!(i & 2)) {
+            const vf a = r[i], b = r[i + 2];
+            r[i] = SHUFFLE(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            r[i + 2] = SHUFFLE(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+    for (int i = 0; i < 16; i += 2) {
+        const vf a = r[i], b = r[i + 1];
+        r[i] = SHUFFLE(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+        r[i + 1] = SHUFFLE(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
+}
+
 static inline vf vselect(vi mask, vf a, vf b) {
     return (vf)(((vi)a & mask) | ((vi)b & ~mask));
 }
