@@ -51,12 +51,24 @@ def summarise(workload: Workload, run: RunResult) -> dict:
     }
 
 
+def _prefill_heavy(steps: list[StepStat], min_prefill_rows: int) -> list[StepStat]:
+    return [s for s in steps if s.num_rows - s.num_decode_rows >= min_prefill_rows]
+
+
+def flops_ceiling(steps: list[StepStat], probe_peak: float, min_prefill_rows: int) -> float:
+    """The GEMM peak the rooflines take: the probe's (torch's best matmul at the run's start and end),
+    or the run's fastest prefill-heavy step (its forward phase) where that was faster. On a shared host
+    the probe can fall in a slow minute, and the engine's own kernels may outrun torch's matmul; a
+    ceiling below what a step reached would put the "at most" bounds below the measured ratios."""
+    return max([probe_peak, *(s.flops / (s.forward_ms / 1e3) for s in _prefill_heavy(steps, min_prefill_rows))])
+
+
 def prefill_efficiency(steps: list[StepStat], peak_flops: float, min_prefill_rows: int, threads: int) -> dict:
     """Achieved FLOP/s of prefill-heavy steps (>= ``min_prefill_rows`` prompt rows) as a
     fraction of the GEMM peak, over the forward phase and over the whole step; and over the
     step's CPU time per thread, which on a shared machine leaves out time the step spent
     descheduled (the GEMM peak is a best-of, taken when the cores were free)."""
-    heavy = [s for s in steps if s.num_rows - s.num_decode_rows >= min_prefill_rows]
+    heavy = _prefill_heavy(steps, min_prefill_rows)
     if not heavy:
         return {"num_steps": 0}
     forward = [s.flops / (s.forward_ms / 1e3) / peak_flops for s in heavy]

@@ -204,7 +204,15 @@ def _ceilings(results: dict, peer: str, ratio: float) -> str:
     if not c:
         return ""
     return (f"; at most {ratio / c['decode_at_roofline']:.2f} with its decode-only steps at their roofline, "
-            f"{ratio / c['all_at_roofline']:.2f} with every step at its roofline")
+            f"{ratio / c['all_at_roofline']:.2f} with every step at its roofline{_peak_taken(c)}")
+
+
+def _peak_taken(ceilings: dict) -> str:
+    """Where the rooflines' GEMM peak is the run's own fastest step, not the probe (metrics.flops_ceiling)."""
+    if ceilings.get("peak_gflop_s", 0) <= ceilings.get("probe_gflop_s", 0):
+        return ""
+    return (f" (the GEMM peak taken: the run's fastest prefill-heavy step, {ceilings['peak_gflop_s']} GFLOP/s, "
+            f"above the probe's {ceilings['probe_gflop_s']})")
 
 
 def markdown_tables(results: dict) -> str:
@@ -235,7 +243,7 @@ def markdown_tables(results: dict) -> str:
                 lines.append(f"- {peer} at its roofline (each step the longer of its FLOPs at the GEMM peak and its "
                              f"bytes at the bandwidth): decode-only steps {c['decode_share']:.0%} of the run, which "
                              f"would take {c['decode_at_roofline']:.0%} of its time with them at their roofline, "
-                             f"{c['all_at_roofline']:.0%} with every step at its roofline")
+                             f"{c['all_at_roofline']:.0%} with every step at its roofline{_peak_taken(c)}")
         if w.get("agreement"):
             lines.append(f"- greedy tokens equal to {reference_peer(w['peers'])}'s (fraction of requests): {w['agreement']}")
         lines.append("")

@@ -15,7 +15,7 @@ import torch
 
 from .external import interpreter, missing_reason, resolved_model
 from .memory import oom_kills
-from .metrics import decode_efficiency, prefill_efficiency, run_ceilings
+from .metrics import decode_efficiency, flops_ceiling, prefill_efficiency, run_ceilings
 from .peers import PeerContext
 from .report import agreement, machine_info
 from .roofline import ModelShapes, gemm_peak, memory_bandwidth, weight_bytes
@@ -211,11 +211,12 @@ def _gemm_for(roof: dict, dtype: torch.dtype, setting: Setting, ctx: PeerContext
 def _efficiency(steps: list[dict], gemm: dict, roof: dict, setting: Setting, itemsize: int, threads: int) -> dict:
     """Batchscope's steps against the ceilings (the other peers have no steps)."""
     stats = [StepStat(**s) for s in steps]
-    shapes = ModelShapes(**roof["shapes"])
+    weights, bandwidth = weight_bytes(ModelShapes(**roof["shapes"]), itemsize), roof["bandwidth_bytes_per_s"]
+    probe, min_rows = gemm["peak_flops_per_s"], setting.token_budget // 2
+    peak = flops_ceiling(stats, probe, min_rows)
     return {
-        "prefill": prefill_efficiency(stats, gemm["peak_flops_per_s"], setting.token_budget // 2, threads),
-        "decode": decode_efficiency(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"],
-                                    gemm["peak_flops_per_s"]),
-        "ceilings": run_ceilings(stats, weight_bytes(shapes, itemsize), roof["bandwidth_bytes_per_s"],
-                                 gemm["peak_flops_per_s"]),
+        "prefill": prefill_efficiency(stats, probe, min_rows, threads),
+        "decode": decode_efficiency(stats, weights, bandwidth, peak),
+        "ceilings": run_ceilings(stats, weights, bandwidth, peak)
+        | {"peak_gflop_s": round(peak / 1e9, 1), "probe_gflop_s": round(probe / 1e9, 1)},
     }
