@@ -271,6 +271,20 @@ def _cell(value) -> str:
     return f"{value:,.1f}" if isinstance(value, float) and value >= 100 else str(value)
 
 
+def read_json_object(path: Path, missing: str) -> dict:
+    """A saved JSON object; ValueError naming the file where it is absent (``missing`` says what it
+    should have been), is not JSON, or holds something other than an object."""
+    if not path.is_file():
+        raise ValueError(f"{path}: {missing}")
+    try:
+        saved = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return saved
+
+
 def write_json(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))

@@ -18,10 +18,10 @@ before a field of ``Setting`` existed ran with that field's default, so it is re
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import fields, replace
 from pathlib import Path
 
+from .report import read_json_object
 from .serving import ENGINES, OUT, SAVED, Setting, Slo, repeats_text, report
 
 FREE = ("rates", "repeats", "seed")  # what may differ between sittings that pool
@@ -31,12 +31,7 @@ POOLED_OUT = OUT.parent / "serving-pooled"
 def load_sitting(path: Path) -> tuple[Setting, dict]:
     """A sitting's setting and runs from its directory or its serving.json."""
     file = path / SAVED if path.is_dir() else path
-    if not file.is_file():
-        raise ValueError(f"{path}: no {SAVED} (the --out directory of `python -m benchmarks.serving`)")
-    try:
-        saved = json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}: not JSON ({error})") from None
+    saved = read_json_object(file, f"no {SAVED} (the --out directory of `python -m benchmarks.serving`)")
     if not {"setting", "results"} <= saved.keys() or set(saved["results"]) != set(ENGINES):
         raise ValueError(f"{file}: not a serving sitting (it needs 'setting' and both servers' 'results')")
     known = {f.name for f in fields(Setting)}

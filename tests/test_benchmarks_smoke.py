@@ -452,6 +452,42 @@ def test_the_highest_rate_tried_gives_each_servers_output_against_what_was_offer
             "vllm 219 tok/s (76%); Batchscope / vLLM 1.17x (repeats 1.15-1.19)") in markdown(Setting(), summary)
 
 
+def test_w1_sittings_pool_their_pairs_and_refuse_what_differs(tmp_path, capsys):
+    """Two W1 sittings at the 0.5B shape read 1.202x and 1.183x by their own medians; their six
+    pairs pooled read 1.199x, short of the 1.2x goal, which no single sitting's line says. A sitting of
+    another model does not pool, and the error names the field; a file that is not a sitting is
+    refused by name."""
+    from benchmarks import pool
+
+    def sitting(model, ours, theirs, extra_peer=False):
+        peers = {"bs_mixed": {"repeats_output_tok_s": ours}, "vllm_cpu": {"repeats_output_tok_s": theirs}}
+        if extra_peer:
+            peers |= {"bs_mixed_bf16": {"repeats_output_tok_s": [90.0]},
+                      "vllm_cpu_bf16": {"repeats_output_tok_s": [75.0]}}
+        return {"setting": {"name": "full", "repeats": 1, "token_budget": 256},
+                "context": {"model": model, "dtype": "float32", "kv_cache_memory_gb": 0.5},
+                "machine": {"torch_threads": 2}, "workloads": {"W1": {"peers": peers}}}
+
+    paths = [tmp_path / f"{name}.json" for name in ("a", "b", "other", "junk")]
+    paths[0].write_text(json.dumps(sitting("qwen", [49.2, 45.43, 42.35], [41.14, 37.8, 32.29], extra_peer=True)))
+    paths[1].write_text(json.dumps(sitting("qwen", [47.66, 45.04, 40.71], [37.09, 38.24, 34.41])))
+    paths[2].write_text(json.dumps(sitting("smollm2", [1.0], [1.0])))
+    paths[3].write_text("[1, 2]")
+    rows = pool.main([str(paths[0]), str(paths[1])])
+    table = capsys.readouterr().out
+    fp32 = next(row for row in rows if row["ours"] == "bs_mixed")
+    assert len(fp32["pairs"]) == 6 and fp32["median"] == 1.199 and fp32["met"] is False
+    assert "| W1 | bs_mixed / vllm_cpu | 1.199 [1.178-1.312] | 6 | 1.202, 1.183 | >= 1.2 | **no** |" in table
+    assert "| W1 | bs_mixed_bf16 / vllm_cpu_bf16 | 1.200 [1.200-1.200] | 1 | 1.200, - | >= 1.2 | yes |" in table
+    with pytest.raises(SystemExit, match=r"differ in context.model: 'qwen' .*'smollm2'"):
+        pool.main([str(paths[0]), str(paths[2])])
+    with pytest.raises(SystemExit, match=r"junk.json: not a JSON object"):
+        pool.main([str(paths[0]), str(paths[3])])
+    paths[3].write_text("{}")
+    with pytest.raises(SystemExit, match=r"junk.json: not the results of `python -m benchmarks`"):
+        pool.main([str(paths[0]), str(paths[3])])
+
+
 def test_serving_sittings_pool_rate_by_rate_and_refuse_what_differs(tmp_path, monkeypatch, capsys):
     """vLLM-CPU's limit at the 1.5B shape took two sittings: the first missed the lowest rate by
     the median of two runs (402 and 265 ms), the second tried the rates below. Pooled, each rate's
@@ -497,9 +533,11 @@ def test_serving_sittings_pool_rate_by_rate_and_refuse_what_differs(tmp_path, mo
     report(tmp_path / "c", Setting(rates=(0.125,), dtype="bfloat16", slo=slo), second)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "serving.json").write_text("{")
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "serving.json").write_text("[1, 2]")
     for paths, why in (([tmp_path / "a", tmp_path / "c"], "the sittings differ in dtype: 'float32' ("),
                        ([tmp_path / "a", tmp_path / "nowhere"], "no serving.json"),
-                       ([tmp_path / "d"], "not JSON")):
+                       ([tmp_path / "d"], "not JSON"), ([tmp_path / "f"], "serving.json: not a JSON object")):
         monkeypatch.setattr(sys, "argv", ["serving_pool", *map(str, paths)])
         with pytest.raises(SystemExit):
             serving_pool.main()
