@@ -1,4 +1,4 @@
-"""Sittings of ``python -m benchmarks`` pooled: every paired ratio of several sittings, judged as one.
+"""W1-W3 sittings pooled: the paired ratios of several runs of `python -m benchmarks`, judged as one.
 
     python -m benchmarks.pool JSON [JSON ...] [--out JSON]
 
