@@ -55,12 +55,17 @@ def _prefill_heavy(steps: list[StepStat], min_prefill_rows: int) -> list[StepSta
     return [s for s in steps if s.num_rows - s.num_decode_rows >= min_prefill_rows]
 
 
+def _flop_rate(s: StepStat) -> float:
+    """The step's useful FLOPs per second of its forward phase."""
+    return s.flops / (s.forward_ms / 1e3)
+
+
 def flops_ceiling(steps: list[StepStat], probe_peak: float, min_prefill_rows: int) -> float:
     """The GEMM peak the rooflines take: the probe's (torch's best matmul at the run's start and end),
     or the run's fastest prefill-heavy step (its forward phase) where that was faster. On a shared host
     the probe can fall in a slow minute, and the engine's own kernels may outrun torch's matmul; a
     ceiling below what a step reached would put the "at most" bounds below the measured ratios."""
-    return max([probe_peak, *(s.flops / (s.forward_ms / 1e3) for s in _prefill_heavy(steps, min_prefill_rows))])
+    return max([probe_peak, *map(_flop_rate, _prefill_heavy(steps, min_prefill_rows))])
 
 
 def prefill_efficiency(steps: list[StepStat], peak_flops: float, min_prefill_rows: int, threads: int) -> dict:
@@ -71,7 +76,7 @@ def prefill_efficiency(steps: list[StepStat], peak_flops: float, min_prefill_row
     heavy = _prefill_heavy(steps, min_prefill_rows)
     if not heavy:
         return {"num_steps": 0}
-    forward = [s.flops / (s.forward_ms / 1e3) / peak_flops for s in heavy]
+    forward = [_flop_rate(s) / peak_flops for s in heavy]
     total = [s.flops / (s.total_ms / 1e3) / peak_flops for s in heavy]
     cpu = [s.flops / (s.cpu_ms / 1e3 / threads) / peak_flops for s in heavy if s.cpu_ms > 0]
     return {
@@ -81,7 +86,7 @@ def prefill_efficiency(steps: list[StepStat], peak_flops: float, min_prefill_row
         "forward_fraction_median": round(statistics.median(forward), 3),
         "forward_fraction_max": round(max(forward), 3),
         "step_fraction_median": round(statistics.median(total), 3),
-        "gflop_s_median": round(statistics.median(s.flops / (s.forward_ms / 1e3) for s in heavy) / 1e9, 1),
+        "gflop_s_median": round(statistics.median(map(_flop_rate, heavy)) / 1e9, 1),
     }
 
 

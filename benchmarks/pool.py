@@ -10,7 +10,8 @@ pools them: for each pair of peers, every pair of every sitting, their median [m
 sitting's median beside it, and whether the pooled median meets the report's goal.
 
 Only sittings that measured the same thing pool: the same setting (workload sizes, token budget,
-...), model, dtype, device, KV space and threads. Their repeats may differ; a pair of peers that a
+...), model, dtype, device, KV space and threads. Their repeats (and telemetry rounds) may differ, and a field an older save lacks is not
+compared; a pair of peers that a
 sitting did not run is pooled over the sittings that did, and the table says how many.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from .report import ENGINE_PAIRS, INVARIANCE_PAIRS, paired_ratios, read_json_object
 
 PAIRS = (*ENGINE_PAIRS, *((ours, theirs, None) for ours, theirs in INVARIANCE_PAIRS))  # (ours, theirs, goal)
+FREE = ("repeats", "telemetry_rounds")  # what may differ between sittings that pool (W1-W3's pairs do not read them)
 
 
 def load_sitting(path: Path) -> dict:
@@ -35,20 +37,22 @@ def load_sitting(path: Path) -> dict:
 
 
 def measured(results: dict) -> dict:
-    """What a sitting measured, field by field: all that must match for sittings to pool."""
-    setting = {f"setting.{k}": v for k, v in results["setting"].items() if k != "repeats"}
+    """What a sitting measured, field by field: all that must match for sittings to pool (FREE aside)."""
+    setting = {f"setting.{k}": v for k, v in results["setting"].items() if k not in FREE}
     context = {f"context.{k}": v for k, v in results["context"].items()}
     return setting | context | {"threads": results["machine"].get("torch_threads")}
 
 
 def check_poolable(sittings: list[dict], paths: list[Path]) -> None:
-    """Raises ValueError naming the first field in which the sittings differ."""
+    """Raises ValueError naming the first field (in the first sitting's order) in which the sittings
+    differ. A field that some sitting did not save (one written before the field existed) is not
+    compared."""
     each = [measured(results) for results in sittings]
-    for name in each[0].keys() | set().union(*each[1:]):
-        values = [m.get(name) for m in each]
+    for name in (name for name in each[0] if all(name in m for m in each)):
+        values = [m[name] for m in each]
         if len(set(map(repr, values))) > 1:
             listed = ", ".join(f"{value!r} ({path})" for value, path in zip(values, paths, strict=True))
-            raise ValueError(f"the sittings differ in {name}: {listed}; only their repeats may differ")
+            raise ValueError(f"the sittings differ in {name}: {listed}; only {', '.join(FREE)} may differ")
 
 
 def pool(sittings: list[dict]) -> list[dict]:
@@ -60,9 +64,9 @@ def pool(sittings: list[dict]) -> list[dict]:
             per_sitting = [paired_ratios(results, workload, ours, theirs) for results in sittings]
             pairs = [ratio for ratios in per_sitting for ratio in ratios]
             if pairs:
-                median = statistics.median(pairs)
+                median = round(statistics.median(pairs), 3)  # as shown, and as judged against the goal
                 rows.append({"workload": workload, "ours": ours, "theirs": theirs, "pairs": pairs,
-                             "median": round(median, 3), "min": min(pairs), "max": max(pairs),
+                             "median": median, "min": min(pairs), "max": max(pairs),
                              "sitting_medians": [statistics.median(r) if r else None for r in per_sitting],
                              "goal": goal, "met": None if goal is None else median >= goal})
     return rows

@@ -214,9 +214,8 @@ def _efficiency(steps: list[dict], gemm: dict, roof: dict, setting: Setting, ite
     weights, bandwidth = weight_bytes(ModelShapes(**roof["shapes"]), itemsize), roof["bandwidth_bytes_per_s"]
     probe, min_rows = gemm["peak_flops_per_s"], setting.token_budget // 2
     peak = flops_ceiling(stats, probe, min_rows)
-    return {
-        "prefill": prefill_efficiency(stats, probe, min_rows, threads),
-        "decode": decode_efficiency(stats, weights, bandwidth, peak),
-        "ceilings": run_ceilings(stats, weights, bandwidth, peak)
-        | {"peak_gflop_s": round(peak / 1e9, 1), "probe_gflop_s": round(probe / 1e9, 1)},
-    }
+    ceilings = run_ceilings(stats, weights, bandwidth, peak)
+    if ceilings:  # (none without steps)
+        ceilings |= {"peak_gflop_s": round(peak / 1e9, 1), "probe_gflop_s": round(probe / 1e9, 1)}
+    return {"prefill": prefill_efficiency(stats, probe, min_rows, threads),
+            "decode": decode_efficiency(stats, weights, bandwidth, peak), "ceilings": ceilings}

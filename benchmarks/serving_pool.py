@@ -31,7 +31,8 @@ POOLED_OUT = OUT.parent / "serving-pooled"
 def load_sitting(path: Path) -> tuple[Setting, dict]:
     """A sitting's setting and runs from its directory or its serving.json."""
     file = path / SAVED if path.is_dir() else path
-    saved = read_json_object(file, f"no {SAVED} (the --out directory of `python -m benchmarks.serving`)")
+    saved = read_json_object(file, "not found (the --out directory of `python -m benchmarks.serving`, or its "
+                                   f"{SAVED})")
     if not {"setting", "results"} <= saved.keys() or set(saved["results"]) != set(ENGINES):
         raise ValueError(f"{file}: not a serving sitting (it needs 'setting' and both servers' 'results')")
     known = {f.name for f in fields(Setting)}

@@ -454,23 +454,24 @@ def test_the_highest_rate_tried_gives_each_servers_output_against_what_was_offer
 
 def test_w1_sittings_pool_their_pairs_and_refuse_what_differs(tmp_path, capsys):
     """Two W1 sittings at the 0.5B shape read 1.202x and 1.183x by their own medians; their six
-    pairs pooled read 1.199x, short of the 1.2x goal, which no single sitting's line says. A sitting of
-    another model does not pool, and the error names the field; a file that is not a sitting is
-    refused by name."""
+    pairs pooled read 1.199x, short of the 1.2x goal, which no single sitting's line says. Their
+    repeats may differ, and a field an older save lacks is not compared; a sitting of another model
+    does not pool, and the error names the field; a file that is not a sitting is refused by name."""
     from benchmarks import pool
 
-    def sitting(model, ours, theirs, extra_peer=False):
+    def sitting(model, ours, theirs, extra_peer=False, **setting):
         peers = {"bs_mixed": {"repeats_output_tok_s": ours}, "vllm_cpu": {"repeats_output_tok_s": theirs}}
         if extra_peer:
             peers |= {"bs_mixed_bf16": {"repeats_output_tok_s": [90.0]},
                       "vllm_cpu_bf16": {"repeats_output_tok_s": [75.0]}}
-        return {"setting": {"name": "full", "repeats": 1, "token_budget": 256},
+        return {"setting": {"name": "full", "repeats": 1, "token_budget": 256, **setting},
                 "context": {"model": model, "dtype": "float32", "kv_cache_memory_gb": 0.5},
                 "machine": {"torch_threads": 2}, "workloads": {"W1": {"peers": peers}}}
 
     paths = [tmp_path / f"{name}.json" for name in ("a", "b", "other", "junk")]
     paths[0].write_text(json.dumps(sitting("qwen", [49.2, 45.43, 42.35], [41.14, 37.8, 32.29], extra_peer=True)))
-    paths[1].write_text(json.dumps(sitting("qwen", [47.66, 45.04, 40.71], [37.09, 38.24, 34.41])))
+    paths[1].write_text(json.dumps(sitting("qwen", [47.66, 45.04, 40.71], [37.09, 38.24, 34.41], repeats=3,
+                                           telemetry_rounds=5, a_newer_field=1)))  # none of these keeps it apart
     paths[2].write_text(json.dumps(sitting("smollm2", [1.0], [1.0])))
     paths[3].write_text("[1, 2]")
     rows = pool.main([str(paths[0]), str(paths[1])])
@@ -479,7 +480,7 @@ def test_w1_sittings_pool_their_pairs_and_refuse_what_differs(tmp_path, capsys):
     assert len(fp32["pairs"]) == 6 and fp32["median"] == 1.199 and fp32["met"] is False
     assert "| W1 | bs_mixed / vllm_cpu | 1.199 [1.178-1.312] | 6 | 1.202, 1.183 | >= 1.2 | **no** |" in table
     assert "| W1 | bs_mixed_bf16 / vllm_cpu_bf16 | 1.200 [1.200-1.200] | 1 | 1.200, - | >= 1.2 | yes |" in table
-    with pytest.raises(SystemExit, match=r"differ in context.model: 'qwen' .*'smollm2'"):
+    with pytest.raises(SystemExit, match=r"differ in context.model: 'qwen' .*'smollm2'.*only repeats, telemetry"):
         pool.main([str(paths[0]), str(paths[2])])
     with pytest.raises(SystemExit, match=r"junk.json: not a JSON object"):
         pool.main([str(paths[0]), str(paths[3])])
@@ -536,7 +537,7 @@ def test_serving_sittings_pool_rate_by_rate_and_refuse_what_differs(tmp_path, mo
     (tmp_path / "f").mkdir()
     (tmp_path / "f" / "serving.json").write_text("[1, 2]")
     for paths, why in (([tmp_path / "a", tmp_path / "c"], "the sittings differ in dtype: 'float32' ("),
-                       ([tmp_path / "a", tmp_path / "nowhere"], "no serving.json"),
+                       ([tmp_path / "a", tmp_path / "nowhere"], "nowhere: not found (the --out directory"),
                        ([tmp_path / "d"], "not JSON"), ([tmp_path / "f"], "serving.json: not a JSON object")):
         monkeypatch.setattr(sys, "argv", ["serving_pool", *map(str, paths)])
         with pytest.raises(SystemExit):

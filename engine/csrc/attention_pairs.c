@@ -86,10 +86,10 @@ static void lay_out_keys(const Args *c, const Lane *l, int64_t j0) {
     const int64_t b = j0 / KEYS, half = j0 % KEYS / 16, depth_blocks = c->dim / DEPTH;
     for (int64_t db = 0; db < depth_blocks; db++) {
         vf r[16];  /* each key's 16 pair words, as 32-bit lanes */
-        for (int key = 0; key < 16; key++)
-            r[key] = j0 + key < l->keys ? (vf)_mm512_loadu_si512(cache_row(c, c->k_cache, l->table, j0 + key, l->kv_head)
-                                                                 + db * DEPTH)
-                                        : (vf){0};
+        for (int key = 0; key < 16; key++) {
+            const uint16_t *row = j0 + key < l->keys ? cache_row(c, c->k_cache, l->table, j0 + key, l->kv_head) : NULL;
+            r[key] = row ? (vf)_mm512_loadu_si512(row + db * DEPTH) : (vf){0};
+        }
         transpose16(r);
         uint16_t *rows = l->kt + ((b * depth_blocks + db) * 2 + half) * 16 * 32;
         for (int p = 0; p < 16; p++) _mm512_storeu_si512(rows + p * 32, (__m512i)r[p]);

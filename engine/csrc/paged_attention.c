@@ -261,7 +261,7 @@ static inline __attribute__((always_inline)) void score_rows(const Args *a, cons
         int n = nkeys - j < KEY_STEP ? (int)(nkeys - j) : KEY_STEP;
         vf acc[KEY_STEP];
         const float *key[KEY_STEP];
-        float wide[bf16 ? KEY_STEP : 1][BS_MAX_DIM] __attribute__((aligned(64)));
+        float wide[KEY_STEP][BS_MAX_DIM] __attribute__((aligned(64)));  /* bf16 keys, widened */
         for (int k = 0; k < KEY_STEP; k++) {  /* a short last group: its first key again, never stored */
             const int64_t at = key_offset(a, table, j + (k < n ? k : 0)) + head;
             if (bf16)
@@ -301,7 +301,8 @@ static inline __attribute__((always_inline)) void weigh_rows(const Args *a, cons
 
 /* qt[d] = query head hq's component d of rows row0 .. row0 + 15, scaled (zeros past `rows`): each 16
  * components of the 16 rows loaded as 16 vectors and transposed (vec.h), the same products as lane by
- * lane, so the same bits. Lane by lane it cost ~4% of the kernel at a W1-like fp32 step (below). */
+ * lane, so the same bits. Lane by lane it cost ~4% of the kernel at a W1-like fp32 step (the note above
+ * score_rows). */
 static void transpose_queries(const Args *a, int64_t row0, int rows, int hq, vf *qt) {
     for (int c = 0; c < a->dim; c += LANES) {
         vf r[LANES];
