@@ -35,6 +35,7 @@ from .settings import SETTINGS
 from .workloads import WORKLOADS, Workload, build
 
 KINDS = ("prefill", "decode")
+MAIN_KEYS = (*KINDS, "all")  # the ratios of every round's line; the decode bands' keys come after
 # Bands of rows the decode-only steps are reported in: fixed reporting bands, not the kernels' settings
 # (those live in engine/csrc/linear_rows.h alone). They were drawn where the linear kernels' regimes
 # changed when this split was written (below 8 rows a pass waits on the weight stream; up to 15 one
@@ -150,9 +151,8 @@ def decode_shares(spent_rounds: list[dict]) -> dict:
 
 def report(result: dict) -> str:
     """The summary line, then the decode bands' ratios with their shares of the decode time."""
-    main_keys = (*KINDS, "all")
     line = ", ".join(f"{k} {s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}]"
-                     for k, s in result["summary"].items() if k in main_keys)
+                     for k, s in result["summary"].items() if k in MAIN_KEYS)
     bands = ", ".join(f"{band.removeprefix('decode ')} {result['summary'][band]['median']:.3f} ({share:.0%})"
                       for band, share in result["decode_shares"].items() if band in result["summary"])
     return f"median [min-max]: {line}" + (f"\ndecode-only steps by rows, median (share of their time): {bands}"
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         workload, spent_rounds = build(args.workload, SETTINGS[args.setting], 0, vocab), []
         for r in range(args.rounds):
             spent_rounds.append(run_round(engines, libraries, workload, r))
-            shown = {k: v for k, v in ratios(spent_rounds[-1]).items() if not k.startswith("decode ")}
+            shown = {k: v for k, v in ratios(spent_rounds[-1]).items() if k in MAIN_KEYS}
             print(f"round {r}: current / baseline time " + ", ".join(f"{k} {v:.3f}" for k, v in shown.items()),
                   flush=True)
     rounds = [ratios(spent) for spent in spent_rounds]
