@@ -238,15 +238,22 @@ static void attend_bf16(const Args *a, const int32_t *table, int64_t row, int64_
  * queries are transposed once (qt[d] = that head's d-th component of the 16 rows), so a key's score
  * for all 16 rows is one multiply-add chain over d with the key's components broadcast, eight keys
  * interleaved; the causal mask is a per-lane compare; the softmax runs lane-wise over the keys;
- * the values are weighed four rows at a time. Twice the throughput of row by row for chunks, but a
- * different rounding of the dot products, so ``invariant`` calls never take this path.
- * fp32 keys are broadcast from the cache where they lie; bf16 keys are widened into a copy first (the
- * fp32 ones were copied too, 64 loads and stores a head per 8 keys). With that and the queries
+ * the values are weighed for several rows at a time (weigh_chunk). Twice the throughput of row by
+ * row for chunks, but a different rounding of the dot products, so ``invariant`` calls never take
+ * this path. fp32 keys are broadcast from the cache where they lie; bf16 keys are widened into a copy
+ * first (the fp32 ones were copied too, 64 loads and stores a head per 8 keys). With that and the queries
  * transposed in registers (transpose_queries), a W1-like fp32 step's attention (8 decode rows ~225
  * keys, 170 rows from 0 and 78 after 128 cached, 30 layers' caches, 2 threads, alternating with the
  * old build) takes 0.924x the time at SmolLM2's heads, 0.909x at Qwen2.5-0.5B's and 0.926x at
  * 1.5B's, each change about half; bf16 0.986x; the same bits. W1 at 135M fp32 step by step
- * (benchmarks.lockstep, 5 rounds): prefill-heavy steps 0.991x [0.990-1.002]. */
+ * (benchmarks.lockstep, 5 rounds): prefill-heavy steps 0.991x [0.990-1.002].
+ * Since then (2026-12-07, later), the same bits: a value vector is loaded once for all the rows of a
+ * weigh_rows call (GCC had folded the load into every row's multiply-add: R loads of 64 bytes from L2
+ * per vector), head_dim 64 weighs 6 rows a call (6 + 6 + 4), not 4, the softmax's max is kept as the
+ * scores are stored (not in a pass of its own) and its weights take vexp_nonpositive. fp32 caches: a
+ * W1-like step's attention 0.857x the time at SmolLM2's heads, 0.884x at Qwen2.5-0.5B's, 0.907x at
+ * 1.5B's (the register alone 0.94x, 6 rows 0.96x, the exp 0.97x); W1 at 135M fp32 step by step
+ * (3 rounds): prefill-heavy steps 0.993x [0.992-0.995], all steps 0.994x. */
 #define MULTI_ROWS LANES
 #define MIN_MULTI_ROWS 4
 #define KEY_STEP 8
@@ -281,15 +288,7 @@ static inline __attribute__((always_inline)) void score_rows(const Args *a, cons
 
 /* Rows i0 .. i0 + R - 1 of a chunk (those below `rows` stored): the weighted sum of the values, each
  * row's keys in order, divided by the row's total. C vectors per head row; called with constant C and
- * R so that the R x C accumulators stay in registers (rows past `rows` are computed, never stored).
- * A value vector is loaded once for the R rows (the empty asm keeps it in a register: GCC folded the
- * load into every row's multiply-add, R loads of 64 bytes per vector from L2), and head_dim 64 takes 6
- * rows a call (6 + 6 + 4 = 16), not 4. The softmax's max is kept as the scores are stored, not in a pass
- * of its own, and its weights take vexp_nonpositive. Together, the attention of a W1-like fp32 step
- * (8 decode rows ~225 keys, 170 rows from 0, 78 after 128 cached; 2 threads, alternating with the old
- * build, the same bits) 0.857x the time at SmolLM2's heads, 0.884x at Qwen2.5-0.5B's, 0.907x at 1.5B's;
- * the register 0.94x, 6 rows 0.96x, the exp 0.97x. W1 at 135M fp32 step by step (benchmarks.lockstep,
- * 3 rounds): prefill-heavy steps 0.993x [0.992-0.995], all steps 0.994x. */
+ * R so that the R x C accumulators stay in registers (rows past `rows` are computed, never stored). */
 static inline __attribute__((always_inline)) void weigh_rows(const Args *a, const int32_t *table, int64_t nkeys,
                                                              int64_t head, const vf *st, vf total, int i0, int rows,
                                                              float *out, int bf16, const int C, const int R) {
@@ -299,14 +298,32 @@ static inline __attribute__((always_inline)) void weigh_rows(const Args *a, cons
     for (int64_t j = 0; j < nkeys; j++) {
         int64_t at = key_offset(a, table, j) + head;
         for (int c = 0; c < C; c++) {
-            vf v = chunk(a->v_cache, bf16, at + (int64_t)c * LANES);
-            __asm__("" : "+v"(v));
+            vf v = in_register(chunk(a->v_cache, bf16, at + (int64_t)c * LANES));  /* one load for the R rows */
             for (int i = 0; i < R; i++) acc[i][c] = st[j][(i0 + i) & (LANES - 1)] * v + acc[i][c];
         }
     }
     for (int i = 0; i < R && i0 + i < rows; i++)
         for (int c = 0; c < C; c++)
             store(out + (int64_t)(i0 + i) * a->heads * a->dim + c * LANES, acc[i][c] * (1.0f / total[i0 + i]));
+}
+
+/* Every row of a chunk's query head, in weigh_rows calls whose accumulators stay in registers: 6 + 6 + 4
+ * rows at head_dim 64 (6 x 4 vectors), 2 at a time at 128, 4 at 16, 1 otherwise. */
+static inline __attribute__((always_inline)) void weigh_chunk(const Args *a, const int32_t *table, int64_t nkeys,
+                                                              int64_t head, const vf *st, vf total, int rows,
+                                                              float *out, int bf16) {
+    const int chunks = a->dim / LANES;
+    if (chunks == 4) {
+        for (int i0 = 0; i0 < 12 && i0 < rows; i0 += 6)
+            weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 4, 6);
+        if (rows > 12) weigh_rows(a, table, nkeys, head, st, total, 12, rows, out, bf16, 4, 4);
+    } else if (chunks == 8) {
+        for (int i0 = 0; i0 < rows; i0 += 2) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 8, 2);
+    } else if (chunks == 1) {
+        for (int i0 = 0; i0 < rows; i0 += 4) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 1, 4);
+    } else {
+        for (int i0 = 0; i0 < rows; i0++) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, chunks, 1);
+    }
 }
 
 /* qt[d] = query head hq's component d of rows row0 .. row0 + 15, scaled (zeros past `rows`): each 16
@@ -325,7 +342,7 @@ static void transpose_queries(const Args *a, int64_t row0, int rows, int hq, vf 
 
 static inline __attribute__((always_inline)) void attend_rows(const Args *a, const int32_t *table, int64_t row0,
                                                               int rows, int64_t pos0, Scratch *sc, int bf16) {
-    const int group = a->heads / a->kv_heads, chunks = a->dim / LANES;
+    const int group = a->heads / a->kv_heads;
     const int64_t nkeys = pos0 + rows;
     vf *qt = sc->q, *st = (vf *)sc->scores;  /* qt: [dim] vectors over rows; st: [nkeys] vectors over rows */
     for (int hq = 0; hq < a->heads; hq++) {
@@ -333,18 +350,8 @@ static inline __attribute__((always_inline)) void attend_rows(const Args *a, con
         vf max = (vf){0} - 3.4e38f, total = {0};
         score_rows(a, table, hq, nkeys, pos0, bf16, qt, st, &max);
         for (int64_t j = 0; j < nkeys; j++) st[j] = vexp_nonpositive(st[j] - max), total += st[j];
-        const int64_t head = (int64_t)(hq / group) * a->dim;
-        float *out = a->out + (row0 * a->heads + hq) * a->dim;
-        if (chunks == 4) {  /* head_dim 64: 6 rows x 4 vectors of accumulators stay in registers */
-            for (int i0 = 0; i0 < 12 && i0 < rows; i0 += 6) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 4, 6);
-            if (rows > 12) weigh_rows(a, table, nkeys, head, st, total, 12, rows, out, bf16, 4, 4);
-        }
-        else if (chunks == 8)
-            for (int i0 = 0; i0 < rows; i0 += 2) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 8, 2);
-        else if (chunks == 1)
-            for (int i0 = 0; i0 < rows; i0 += 4) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, 1, 4);
-        else
-            for (int i0 = 0; i0 < rows; i0++) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, chunks, 1);
+        weigh_chunk(a, table, nkeys, (int64_t)(hq / group) * a->dim, st, total, rows,
+                    a->out + (row0 * a->heads + hq) * a->dim, bf16);
     }
 }
 

@@ -26,8 +26,14 @@ static inline vf load_bf16(const uint16_t *p) {
 /* a * b + c rounded once, as written: GCC contracts `x * y + z` into an FMA on its own, but which of
  * two products it fuses is its choice, and the choice changes the bits. */
 static inline vf fmadd(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+/* v kept in a register: GCC folds a loaded vector into each multiply-add that uses it, a load per use. */
+static inline vf in_register(vf v) {
+    __asm__("" : "+v"(v));
+    return v;
+}
 #else
 static inline vf fmadd(vf a, vf b, vf c) { return a * b + c; }
+static inline vf in_register(vf v) { return v; }  /* (no register holds 16 floats here) */
 static inline vf load_bf16(const uint16_t *p) {
     vu bits = __builtin_convertvector(*(const vh_u *)p, vu) << 16;
     vf out;
@@ -147,7 +153,7 @@ static inline vf vselect(vi mask, vf a, vf b) {
 }
 
 /* Cephes expf's split of ln 2 (x = n ln2 + r) and its polynomial for exp(r) - 1 - r, highest term
- * first (vexp and exp_of_weight). */
+ * first (exp_in_range and exp_of_weight). */
 #define EXP_LN2_HI 0.693359375f
 #define EXP_LN2_LO -2.12194440e-4f
 #define EXP_P0 1.9875691500e-4f
@@ -158,7 +164,7 @@ static inline vf vselect(vi mask, vf a, vf b) {
 #define EXP_P5 5.0000001201e-1f
 
 /* exp(x) of x in [-87.3, 88.3], Cephes expf: x = n ln2 + r, |r| <= ln2 / 2, n = x / ln2 rounded half
- * away from zero by adding `half` (x's sign times 0.5) and truncating. */
+ * away from zero by adding `half` (0.5 with x's sign; at x = 0 either sign gives 0) and truncating. */
 static inline vf exp_in_range(vf x, vf half) {
     vf n = __builtin_convertvector(__builtin_convertvector(x * 1.44269504088896341f + half, vi), vf);
     vf r = x - n * EXP_LN2_HI - n * EXP_LN2_LO;
