@@ -47,6 +47,16 @@ def test_the_kernels_build_with_gcc_11(tmp_path, monkeypatch):
     assert cpu_kernels.built.__wrapped__() is not None
 
 
+def test_the_kernels_build_for_a_cpu_without_avx512(tmp_path):
+    """-march=native here has AVX-512; a laptop's AVX2 CPU must build the same sources (vec.h's
+    narrower path), or the engine there falls back to torch's ops."""
+    flags = [f if f != "-march=native" else "-march=x86-64-v3" for f in cpu_kernels.FLAGS]
+    sources = sorted(str(f) for f in cpu_kernels.SOURCES.glob("*.c"))
+    done = subprocess.run([cpu_kernels.compiler(), *flags, *sources, "-o", str(tmp_path / "avx2.so")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 HEADER = cpu_kernels.SOURCES / "batchscope.h"
 C_TYPES = {"int": ctypes.c_int.__name__, "int64_t": ctypes.c_int64.__name__, "float": ctypes.c_float.__name__,
            "void": None}
