@@ -10,9 +10,9 @@ pools them: for each pair of peers, every pair of every sitting, their median [m
 sitting's median beside it, and whether the pooled median meets the report's goal.
 
 Only sittings that measured the same thing pool: the same setting (workload sizes, token budget,
-...), model, dtype, device, KV space and threads. Their repeats (and telemetry rounds) may differ, and a field an older save lacks is not
-compared; a pair of peers that a
-sitting did not run is pooled over the sittings that did, and the table says how many.
+...), model, dtype, device, KV space and threads. Their repeats (and telemetry rounds) may differ,
+and a field an older save lacks is not compared; a pair of peers that a sitting did not run is pooled
+over the sittings that did, and the table says how many.
 """
 from __future__ import annotations
 

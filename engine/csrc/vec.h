@@ -195,7 +195,7 @@ static inline vf vexp(vf x) {
 static inline vf vexp_nonpositive(vf x) {
     const vf zero = {0};
     vi keep = x >= -87.3f;
-    return vselect(keep, exp_in_range(vselect(keep, x, zero), zero - 0.5f), zero);
+    return vselect(keep, exp_in_range(x, zero - 0.5f), zero);  /* lanes below -87.3 (or NaN) dropped */
 }
 
 #if defined(__AVX512BF16__)
