@@ -21,6 +21,9 @@ The library needs only libc and OpenMP: it builds in about a second (``-O3 -marc
 compiler and the CPU, and links the OpenMP runtime torch already loaded, so both share one
 thread pool. Without a compiler (or on a build error) ``load()`` returns None and the engine
 keeps torch's ops, saying why once; with ``BATCHSCOPE_REQUIRE_KERNELS=1`` (CI) it raises instead.
+The kernels are written for AVX-512 (16-float vectors, csrc/vec.h): on a CPU without it (AVX2
+laptops) they build, but GCC keeps their vectors in memory, so the engine keeps torch's ops there
+too, saying so (``fits_registers``; not an error under ``BATCHSCOPE_REQUIRE_KERNELS``).
 The sources build with GCC 11 and later, and clang (vec.h's SHUFFLE).
 
 The interface is checked, not trusted: ``csrc/batchscope.h`` declares every export and every struct
@@ -134,12 +137,19 @@ def _cpu_flags() -> bytes:
 
 
 REQUIRE_KERNELS = "BATCHSCOPE_REQUIRE_KERNELS"
+VECTOR_BITS = 512  # csrc/vec.h: LANES 16 floats
 _override: list[ctypes.CDLL] = []  # a library swapped in by ``using`` (benchmarks/lockstep.py)
+_why_off: list[str] = []  # why this tree's library is not used here, as built() said it
 
 
 def load() -> ctypes.CDLL | None:
     """The library the kernels run on: this tree's build (``built()``), or the one ``using`` swapped in."""
     return _override[-1] if _override else built()
+
+
+def why_off() -> str | None:
+    """Why the kernels do not run here (None where they do): the reason ``built()`` logged."""
+    return None if load() is not None else (_why_off[-1] if _why_off else "the CPU kernels are off")
 
 
 @contextlib.contextmanager
@@ -166,13 +176,38 @@ def built() -> ctypes.CDLL | None:
     if cc is None:
         return _without_kernels("no C compiler")
     try:
-        library = open_library(cached_build(cc, "batchscope-cpu", sorted(SOURCES.glob("*.[ch]"))))
+        library = this_tree(cc)
         check_interface(library)
     except (OSError, subprocess.SubprocessError) as exc:
         return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
     except InterfaceError as exc:
         return _without_kernels(str(exc))
-    return library
+    return library if fits_registers(library) else None
+
+
+def this_tree(cc: str) -> ctypes.CDLL:
+    """This tree's sources built with ``cc`` (cached) and opened; not yet checked."""
+    return open_library(cached_build(cc, "batchscope-cpu", sorted(SOURCES.glob("*.[ch]"))))
+
+
+def vector_bits(library: ctypes.CDLL) -> int:
+    """The widest vector registers ``library`` was built for (csrc/interface.c), in bits."""
+    library.bs_vector_bits.restype = INT
+    return library.bs_vector_bits()
+
+
+def fits_registers(library: ctypes.CDLL) -> bool:
+    """Whether the kernels' vectors (16 floats) fit the CPU's registers; if not, says why torch's ops run.
+    Without AVX-512, GCC keeps every such vector in memory: on a Zen 3 host (AVX2) the engine ran 17x
+    slower on the kernels than on torch's ops (BENCHMARKS.md, "A CPU without AVX-512"). Not an error
+    under BATCHSCOPE_REQUIRE_KERNELS: the kernels built; this CPU is not theirs."""
+    if (bits := vector_bits(library)) >= VECTOR_BITS:
+        return True
+    why = (f"this CPU has {bits}-bit vectors, no AVX-512: the CPU kernels' {VECTOR_BITS}-bit vectors (csrc/vec.h) "
+           "would live in memory, slower than torch's ops")
+    log.warning("%s, so torch's ops are used instead", why)
+    _why_off.append(why)
+    return False
 
 
 def _without_kernels(why: str) -> None:
@@ -181,6 +216,7 @@ def _without_kernels(why: str) -> None:
     if os.environ.get(REQUIRE_KERNELS) == "1":
         raise RuntimeError(f"{REQUIRE_KERNELS}=1 and {why}")
     log.warning("%s: the CPU kernels are off, torch's ops are used instead", why)
+    _why_off.append(why)
     return None
 
 

@@ -105,7 +105,7 @@ def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_d
     from engine import cpu_kernels
 
     if cpu_kernels.load() is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
+        pytest.skip(cpu_kernels.why_off())
     out = tmp_path / "lockstep.json"
     result = lockstep.main(["--baseline", str(cpu_kernels.SOURCES), "--model", tiny_model_dir, "--setting", "tiny",
                             "--rounds", "2", "--kv-cache-gb", "0.01", "--neighbour", "0.2,1", "--out", str(out)])
@@ -141,7 +141,7 @@ def test_the_instruction_peak_puts_each_linear_against_the_vector_units_own_peak
     from engine import cpu_kernels
 
     if cpu_kernels.load() is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
+        pytest.skip(cpu_kernels.why_off())
     out = tmp_path / "peak.json"
     instruction_peak.main(["--model", tiny_model_dir, "--rows", "16", "--threads", "1", "--out", str(out)])
     printed, saved = capsys.readouterr().out, json.loads(out.read_text())
@@ -178,7 +178,7 @@ def test_lockstep_refuses_a_baseline_of_another_interface(tmp_path):
     from engine import cpu_kernels
 
     if cpu_kernels.load() is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
+        pytest.skip(cpu_kernels.why_off())
     older, work = tmp_path / "older", tmp_path / "work"
     shutil.copytree(cpu_kernels.SOURCES, older), work.mkdir()
     header = older / "batchscope.h"
@@ -194,7 +194,7 @@ def test_lockstep_refuses_a_baseline_that_lacks_a_kernel(tmp_path):
     from engine import cpu_kernels
 
     if cpu_kernels.load() is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
+        pytest.skip(cpu_kernels.why_off())
     older, work = tmp_path / "older", tmp_path / "work"
     shutil.copytree(cpu_kernels.SOURCES, older), work.mkdir()
     (older / "argmax.c").unlink()

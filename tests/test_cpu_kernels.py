@@ -15,7 +15,7 @@ from engine.attention import StepLayout, make_backend
 from engine.models.prepacked import KernelLinear
 
 BLOCK, HEADS, KV_HEADS, DIM = 16, 9, 3, 64
-pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason="no C compiler: the CPU kernels are off")
+pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason=str(cpu_kernels.why_off()))
 
 
 def layout_of(segments: list[tuple[int, int]], tables: list[list[int]]) -> StepLayout:

@@ -7,7 +7,7 @@ import torch
 
 from engine import LLM, SamplingParams, cpu_kernels
 
-pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason="no C compiler: the CPU kernels are off")
+pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason=str(cpu_kernels.why_off()))
 PROMPTS = [list(range(100, 100 + n)) for n in (5, 70, 33, 1)]
 
 

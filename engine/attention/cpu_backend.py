@@ -50,8 +50,8 @@ class CpuKernelBackend(AttentionBackend):
     name = "cpu"
 
     def unsupported(self, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
-        if cpu_kernels.load() is None:
-            return "the kernel did not build here (no C compiler?)"
+        if (why := cpu_kernels.why_off()) is not None:
+            return why
         if self.block_size & (self.block_size - 1):
             return f"block_size {self.block_size} is not a power of two"
         if heads > cpu_kernels.MAX_HEADS:

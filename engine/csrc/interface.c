@@ -27,6 +27,18 @@ static const InterfaceFact FACTS[] = {
 
 int bs_abi_version(void) { return BS_ABI_VERSION; }
 
+int bs_vector_bits(void) {
+#if defined(__AVX512F__)
+    return 512;
+#elif defined(__AVX__)
+    return 256;
+#elif defined(__SSE2__) || defined(__ARM_NEON)
+    return 128;
+#else
+    return 0;
+#endif
+}
+
 const InterfaceFact *bs_interface(int *count) {
     *count = (int)(sizeof FACTS / sizeof FACTS[0]);
     return FACTS;
