@@ -23,7 +23,7 @@ thread pool. Without a compiler (or on a build error) ``load()`` returns None an
 keeps torch's ops, saying why once; with ``BATCHSCOPE_REQUIRE_KERNELS=1`` (CI) it raises instead.
 The kernels are written for AVX-512 (16-float vectors, csrc/vec.h): on a CPU without it (AVX2
 laptops) they build, but GCC keeps their vectors in memory, so the engine keeps torch's ops there
-too, saying so (``fits_registers``; not an error under ``BATCHSCOPE_REQUIRE_KERNELS``).
+too, saying so (``unfit``; not an error under ``BATCHSCOPE_REQUIRE_KERNELS``).
 The sources build with GCC 11 and later, and clang (vec.h's SHUFFLE).
 
 The interface is checked, not trusted: ``csrc/batchscope.h`` declares every export and every struct
@@ -47,6 +47,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -139,7 +140,6 @@ def _cpu_flags() -> bytes:
 REQUIRE_KERNELS = "BATCHSCOPE_REQUIRE_KERNELS"
 VECTOR_BITS = 512  # csrc/vec.h: LANES 16 floats
 _override: list[ctypes.CDLL] = []  # a library swapped in by ``using`` (benchmarks/lockstep.py)
-_why_off: list[str] = []  # why this tree's library is not used here, as built() said it
 
 
 def load() -> ctypes.CDLL | None:
@@ -148,8 +148,8 @@ def load() -> ctypes.CDLL | None:
 
 
 def why_off() -> str | None:
-    """Why the kernels do not run here (None where they do): the reason ``built()`` logged."""
-    return None if load() is not None else (_why_off[-1] if _why_off else "the CPU kernels are off")
+    """Why the kernels do not run here (None where they do), as ``built()`` logged it."""
+    return None if load() is not None else here().why_off
 
 
 @contextlib.contextmanager
@@ -169,9 +169,21 @@ def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-@functools.cache
+class Here(NamedTuple):
+    """This tree's library on this machine, or None and why not."""
+    library: ctypes.CDLL | None
+    why_off: str | None = None
+
+
 def built() -> ctypes.CDLL | None:
-    """This tree's library, built on first use, or None where it cannot be built here."""
+    """This tree's library, built on first use, or None where it cannot be built (or run well) here."""
+    return here().library
+
+
+@functools.cache
+def here() -> Here:
+    """This tree's library built, checked and fit for this CPU, once; or why not (logged, or raised
+    where kernels are required)."""
     cc = compiler()
     if cc is None:
         return _without_kernels("no C compiler")
@@ -182,7 +194,7 @@ def built() -> ctypes.CDLL | None:
         return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
     except InterfaceError as exc:
         return _without_kernels(str(exc))
-    return library if fits_registers(library) else None
+    return Here(library) if (why := unfit(library)) is None else Here(None, why)
 
 
 def this_tree(cc: str) -> ctypes.CDLL:
@@ -196,28 +208,26 @@ def vector_bits(library: ctypes.CDLL) -> int:
     return library.bs_vector_bits()
 
 
-def fits_registers(library: ctypes.CDLL) -> bool:
-    """Whether the kernels' vectors (16 floats) fit the CPU's registers; if not, says why torch's ops run.
-    Without AVX-512, GCC keeps every such vector in memory: on a Zen 3 host (AVX2) the engine ran 17x
+def unfit(library: ctypes.CDLL) -> str | None:
+    """Why the kernels' vectors (16 floats) do not fit this CPU's registers (logged), or None where they
+    do. Without AVX-512, GCC keeps every such vector in memory: on a Zen 3 host (AVX2) the engine ran 17x
     slower on the kernels than on torch's ops (BENCHMARKS.md, "A CPU without AVX-512"). Not an error
     under BATCHSCOPE_REQUIRE_KERNELS: the kernels built; this CPU is not theirs."""
     if (bits := vector_bits(library)) >= VECTOR_BITS:
-        return True
+        return None
     why = (f"this CPU has {bits}-bit vectors, no AVX-512: the CPU kernels' {VECTOR_BITS}-bit vectors (csrc/vec.h) "
            "would live in memory, slower than torch's ops")
     log.warning("%s, so torch's ops are used instead", why)
-    _why_off.append(why)
-    return False
+    return why
 
 
-def _without_kernels(why: str) -> None:
+def _without_kernels(why: str) -> Here:
     """Run on torch's ops, saying why; an error instead where ``BATCHSCOPE_REQUIRE_KERNELS=1``
     (CI: a C regression must fail the build, not show up as a slower green run)."""
     if os.environ.get(REQUIRE_KERNELS) == "1":
         raise RuntimeError(f"{REQUIRE_KERNELS}=1 and {why}")
     log.warning("%s: the CPU kernels are off, torch's ops are used instead", why)
-    _why_off.append(why)
-    return None
+    return Here(None, why)
 
 
 def open_library(path: Path) -> ctypes.CDLL:

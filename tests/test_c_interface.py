@@ -31,12 +31,12 @@ def test_a_broken_kernel_source_fails_loudly_when_kernels_are_required(broken_so
     monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
     said = r"(?s)BATCHSCOPE_REQUIRE_KERNELS=1 and the CPU kernels did not build.*elementwise.c.*error"
     with pytest.raises(RuntimeError, match=said):
-        cpu_kernels.built.__wrapped__()
+        cpu_kernels.here.__wrapped__().library
 
 
 def test_without_the_requirement_a_broken_source_falls_back_and_says_why(broken_sources, monkeypatch, caplog):
     monkeypatch.delenv(cpu_kernels.REQUIRE_KERNELS, raising=False)
-    assert cpu_kernels.built.__wrapped__() is None
+    assert cpu_kernels.here.__wrapped__().library is None
     assert "did not build" in caplog.text and "torch's ops are used instead" in caplog.text
 
 
@@ -54,14 +54,15 @@ def test_a_build_whose_vectors_are_narrower_than_the_kernels_runs_torchs_ops(tmp
     monkeypatch.setattr(cpu_kernels, "FLAGS", flags)
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path))
     monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
-    assert cpu_kernels.built.__wrapped__() is None
+    here = cpu_kernels.here.__wrapped__()
+    assert here.library is None and here.why_off.startswith("this CPU has 256-bit vectors, no AVX-512")
     assert "256-bit vectors" in caplog.text and "torch's ops are used instead" in caplog.text
 
 
 def test_the_kernels_build_for_a_cpu_without_avx512(tmp_path):
     """An AVX2 CPU builds the same sources (vec.h's narrower path): CI's hosts may lack AVX-512, and a
     source that does not compile there must fail CI as it does elsewhere (the build is then not used:
-    fits_registers)."""
+    unfit)."""
     flags = [f if f != "-march=native" else "-march=x86-64-v3" for f in cpu_kernels.FLAGS]
     sources = sorted(str(f) for f in cpu_kernels.SOURCES.glob("*.c"))
     done = subprocess.run([cpu_kernels.compiler(), *flags, *sources, "-o", str(tmp_path / "avx2.so")],
@@ -74,7 +75,7 @@ HEADER = cpu_kernels.SOURCES / "batchscope.h"
 
 @pytest.fixture(scope="module")
 def library():
-    """This tree's build for this CPU, used or not (fits_registers)."""
+    """This tree's build for this CPU, used or not (unfit)."""
     return cpu_kernels.this_tree(cpu_kernels.compiler())
 C_TYPES = {"int": ctypes.c_int.__name__, "int64_t": ctypes.c_int64.__name__, "float": ctypes.c_float.__name__,
            "void": None}
@@ -148,16 +149,16 @@ def test_a_library_that_fails_the_check_is_not_used(monkeypatch, caplog):
     version = cpu_kernels.ABI_VERSION  # the library's
     monkeypatch.setattr(cpu_kernels, "ABI_VERSION", version + 1)
     monkeypatch.delenv(cpu_kernels.REQUIRE_KERNELS, raising=False)
-    assert cpu_kernels.built.__wrapped__() is None and "ABI version" in caplog.text
+    assert cpu_kernels.here.__wrapped__().library is None and "ABI version" in caplog.text
     monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
     refused = f"BATCHSCOPE_REQUIRE_KERNELS=1 and the CPU kernels' ABI version is {version},"
     with pytest.raises(RuntimeError, match=refused):
-        cpu_kernels.built.__wrapped__()
+        cpu_kernels.here.__wrapped__().library
 
 
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="no /proc/cpuinfo to read the CPU's flags from")
 def test_the_build_knows_the_vectors_of_this_cpu(library):
-    """What fits_registers reads is the CPU's own: 512 bits with AVX-512F, 256 with AVX alone."""
+    """What unfit reads is the CPU's own: 512 bits with AVX-512F, 256 with AVX alone."""
     flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
     if "avx" not in flags:
         pytest.skip("not an x86 CPU with AVX")
