@@ -176,13 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
                         default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
     engine.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     engine.add_argument("--attention-backend", choices=("auto", "cpu", "torch", "flash_attn"), default="auto",
-                        help="auto: the CPU kernels on CPU (torch's ops without a C compiler), flash-attn on "
+                        help="auto: the CPU kernels on CPU (torch's ops where they do not run: no C compiler, or "
+                             "a CPU without AVX-512), flash-attn on "
                              "CUDA when installed, else torch")
     engine.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                         help="replay decode-only steps from CUDA graphs (default: on with CUDA)")
     engine.add_argument("--seed", type=int, default=0, help="seed of the engine's sampling")
     engine.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=False,
-                        help="a request's logits the same bits alone or batched (CPU kernels; the "
+                        help="a request's logits the same bits alone or batched (CPU kernels, AVX-512; the "
                              "presenter can switch it between runs)")
     add_limit_arguments(parser)
     return parser

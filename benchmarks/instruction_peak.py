@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/instruction_peak.json"))
     args = parser.parse_args(argv)
-    if cpu_kernels.load() is None:
-        raise SystemExit("Batchscope's CPU kernels did not build here; nothing to compare")
+    if (why := cpu_kernels.why_off()) is not None:
+        raise SystemExit(f"Batchscope's CPU kernels are off here ({why}): nothing to compare")
     torch.set_num_threads(args.threads)
     shapes = model_shapes(args.model)
     results = [measure(shapes, args.rows, dtype, args.threads) for dtype in (torch.float32, torch.bfloat16)]

@@ -73,11 +73,10 @@ def _git(root: Path, *args: str) -> str:
 def baseline_library(baseline: str, workdir: Path):
     """The baseline's kernels, built and opened with every signature declared; refused where its
     interface is not this tree's (the engine would call it with arguments it does not take)."""
-    compiler = cpu_kernels.compiler()
-    if compiler is None or cpu_kernels.load() is None:
-        raise SystemExit("the CPU kernels do not build here: nothing to compare")
+    if (why := cpu_kernels.why_off()) is not None:
+        raise SystemExit(f"the CPU kernels are off here ({why}): nothing to compare")
     target = workdir / "baseline.so"
-    cpu_kernels.build(compiler, baseline_sources(baseline, workdir), target)
+    cpu_kernels.build(cpu_kernels.compiler(), baseline_sources(baseline, workdir), target)
     try:
         library = cpu_kernels.open_library(target)
         cpu_kernels.check_interface(library)

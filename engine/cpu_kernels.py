@@ -138,7 +138,6 @@ def _cpu_flags() -> bytes:
 
 
 REQUIRE_KERNELS = "BATCHSCOPE_REQUIRE_KERNELS"
-VECTOR_BITS = 512  # csrc/vec.h: LANES 16 floats
 _override: list[ctypes.CDLL] = []  # a library swapped in by ``using`` (benchmarks/lockstep.py)
 
 
@@ -148,8 +147,8 @@ def load() -> ctypes.CDLL | None:
 
 
 def why_off() -> str | None:
-    """Why the kernels do not run here (None where they do), as ``built()`` logged it."""
-    return None if load() is not None else here().why_off
+    """Why the kernels do not run here (None where they do), as ``here()`` logged it."""
+    return None if load() is not None else here().reason or "the CPU kernels are off"
 
 
 @contextlib.contextmanager
@@ -170,9 +169,9 @@ def compiler() -> str | None:
 
 
 class Here(NamedTuple):
-    """This tree's library on this machine, or None and why not."""
+    """This tree's library on this machine, or None and the reason."""
     library: ctypes.CDLL | None
-    why_off: str | None = None
+    reason: str | None = None
 
 
 def built() -> ctypes.CDLL | None:
@@ -194,7 +193,7 @@ def here() -> Here:
         return _without_kernels(f"the CPU kernels did not build: {getattr(exc, 'stderr', '') or exc}")
     except InterfaceError as exc:
         return _without_kernels(str(exc))
-    return Here(library) if (why := unfit(library)) is None else Here(None, why)
+    return Here(library) if (reason := unfit(library)) is None else Here(None, reason)
 
 
 def this_tree(cc: str) -> ctypes.CDLL:
@@ -202,23 +201,24 @@ def this_tree(cc: str) -> ctypes.CDLL:
     return open_library(cached_build(cc, "batchscope-cpu", sorted(SOURCES.glob("*.[ch]"))))
 
 
-def vector_bits(library: ctypes.CDLL) -> int:
-    """The widest vector registers ``library`` was built for (csrc/interface.c), in bits."""
-    library.bs_vector_bits.restype = INT
-    return library.bs_vector_bits()
+def vector_bits(library: ctypes.CDLL) -> tuple[int, int]:
+    """The widest vector registers ``library`` was built for, and its kernels' vectors, in bits
+    (csrc/interface.c)."""
+    library.bs_vector_bits.restype = library.bs_kernel_vector_bits.restype = INT
+    return library.bs_vector_bits(), library.bs_kernel_vector_bits()
 
 
 def unfit(library: ctypes.CDLL) -> str | None:
-    """Why the kernels' vectors (16 floats) do not fit this CPU's registers (logged), or None where they
-    do. Without AVX-512, GCC keeps every such vector in memory: on a Zen 3 host (AVX2) the engine ran 17x
-    slower on the kernels than on torch's ops (BENCHMARKS.md, "A CPU without AVX-512"). Not an error
-    under BATCHSCOPE_REQUIRE_KERNELS: the kernels built; this CPU is not theirs."""
-    if (bits := vector_bits(library)) >= VECTOR_BITS:
+    """Why the kernels' vectors do not fit this CPU's registers (logged), or None where they do. The
+    kernels are written on 16 floats (csrc/vec.h), for AVX-512: with narrower registers, GCC keeps
+    every such vector in memory, and on a Zen 3 host (AVX2) the engine ran 17x slower on the kernels
+    than on torch's ops (BENCHMARKS.md, "A CPU without AVX-512"). Not an error under
+    BATCHSCOPE_REQUIRE_KERNELS: the kernels built; this CPU is not theirs."""
+    bits, needed = vector_bits(library)
+    if bits >= needed:
         return None
-    why = (f"this CPU has {bits}-bit vectors, no AVX-512: the CPU kernels' {VECTOR_BITS}-bit vectors (csrc/vec.h) "
-           "would live in memory, slower than torch's ops")
-    log.warning("%s, so torch's ops are used instead", why)
-    return why
+    return _off(f"this CPU's vectors are {bits}-bit, the CPU kernels' {needed}-bit (csrc/vec.h, for AVX-512): "
+                "they would live in memory, slower than torch's ops")
 
 
 def _without_kernels(why: str) -> Here:
@@ -226,8 +226,12 @@ def _without_kernels(why: str) -> Here:
     (CI: a C regression must fail the build, not show up as a slower green run)."""
     if os.environ.get(REQUIRE_KERNELS) == "1":
         raise RuntimeError(f"{REQUIRE_KERNELS}=1 and {why}")
+    return Here(None, _off(why))
+
+
+def _off(why: str) -> str:
     log.warning("%s: the CPU kernels are off, torch's ops are used instead", why)
-    return Here(None, why)
+    return why
 
 
 def open_library(path: Path) -> ctypes.CDLL:

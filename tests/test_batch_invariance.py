@@ -8,12 +8,12 @@ import random
 from pathlib import Path
 
 import pytest
+from kernels_here import needs_kernels
 
-from engine import LLM, SamplingParams, cpu_kernels
+from engine import LLM, SamplingParams
 
 REPORT = Path(__file__).resolve().parent.parent / "out" / "batch_invariance.json"
-pytestmark = pytest.mark.skipif(cpu_kernels.load() is None,
-                                reason=f"batch invariance needs the CPU kernels: {cpu_kernels.why_off()}")
+pytestmark = needs_kernels
 PARAMS = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logprobs=3)
 CONFIG = dict(device="cpu", max_num_batched_tokens=48, block_size=8)
 

@@ -9,13 +9,14 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+from kernels_here import needs_kernels
 
 from engine import cpu_kernels
 from engine.attention import StepLayout, make_backend
 from engine.models.prepacked import KernelLinear
 
 BLOCK, HEADS, KV_HEADS, DIM = 16, 9, 3, 64
-pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason=str(cpu_kernels.why_off()))
+pytestmark = needs_kernels
 
 
 def layout_of(segments: list[tuple[int, int]], tables: list[list[int]]) -> StepLayout:

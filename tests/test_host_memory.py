@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernels_here import needs_kernels
 
 from engine import cpu_kernels, host_memory
 
@@ -80,7 +81,7 @@ def test_a_touched_tensor_lies_on_huge_pages():
 
 
 @needs_thp
-@pytest.mark.skipif(cpu_kernels.load() is None, reason=str(cpu_kernels.why_off()))
+@needs_kernels
 def test_packed_weights_lie_on_huge_pages_and_give_the_same_result():
     weight = torch.randn(3072, 576, generator=torch.Generator().manual_seed(0))
     before = host_memory.huge_page_bytes()

@@ -4,10 +4,11 @@ states are the same bits as when every row runs the whole layer, on the fused C 
 modules, in fp32 and bf16, with prompts chunked beside decodes."""
 import pytest
 import torch
+from kernels_here import needs_kernels
 
-from engine import LLM, SamplingParams, cpu_kernels
+from engine import LLM, SamplingParams
 
-pytestmark = pytest.mark.skipif(cpu_kernels.load() is None, reason=str(cpu_kernels.why_off()))
+pytestmark = needs_kernels
 PROMPTS = [list(range(100, 100 + n)) for n in (5, 70, 33, 1)]
 
 

@@ -3,8 +3,9 @@ compared token by token with how it ran batched."""
 from __future__ import annotations
 
 import pytest
+from kernels_here import needs_kernels
 
-from engine import AsyncLLM, RequestOutput, SamplingParams, cpu_kernels
+from engine import AsyncLLM, RequestOutput, SamplingParams
 from engine.solo_check import Difference, Run, compare
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True, logprobs=0)
@@ -41,8 +42,7 @@ def test_batched_requests_are_reported_against_their_solo_runs(llm):
         print(out.request_id, len(prompts[outputs.index(out)]), report.summary, d)
 
 
-@pytest.mark.skipif(cpu_kernels.load() is None,
-                    reason=f"batch invariance needs the CPU kernels: {cpu_kernels.why_off()}")
+@needs_kernels  # (batch invariance needs them)
 def test_with_batch_invariance_switched_on_every_batched_request_is_the_same_as_alone(llm):
     llm.reconfigure(batch_invariant=True)  # a presenter's switch, from the next step
     try:

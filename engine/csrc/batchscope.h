@@ -69,8 +69,9 @@ typedef struct {
 /* interface.c */
 int bs_abi_version(void);
 const InterfaceFact *bs_interface(int *count);
-/* the widest vector registers this build targets, in bits: vec.h's 16-float vectors fit one only at 512 */
+/* the widest vector registers this build targets, and the kernels' vectors (vec.h), in bits */
 int bs_vector_bits(void);
+int bs_kernel_vector_bits(void);
 
 /* argmax.c: out[r] = the index of row r's first largest value (a NaN counts as the largest) */
 void bs_argmax_rows(const float *x, int64_t rows, int64_t cols, int64_t stride, int64_t *out, int num_threads);

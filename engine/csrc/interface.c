@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "batchscope.h"
+#include "vec.h"
 
 #define STRUCT(T) {"sizeof(" #T ")", sizeof(T)}
 #define FIELD(T, f) {"offsetof(" #T ", " #f ")", offsetof(T, f)}, {"sizeof(" #T "." #f ")", sizeof(((T *)0)->f)}
@@ -26,6 +27,8 @@ static const InterfaceFact FACTS[] = {
 };
 
 int bs_abi_version(void) { return BS_ABI_VERSION; }
+
+int bs_kernel_vector_bits(void) { return (int)sizeof(vf) * 8; }
 
 int bs_vector_bits(void) {
 #if defined(__AVX512F__)
