@@ -6,7 +6,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from . import cpu_kernels
 from .block_manager import BlockManager
 from .config import EngineConfig, StepSettings
 from .detokenizer import IncrementalDetokenizer
@@ -133,9 +132,9 @@ class LLMEngine:
         hold here); nothing is applied."""
         config, changed = self.config.reconfigured(**changes)
         if config.batch_invariant and self.runner.plan.attention != "cpu":
-            reason = cpu_kernels.why_off()
+            why = self.runner.attention_fallback
             raise ValueError("batch_invariant needs the CPU kernels; this engine runs attention "
-                             f"{self.runner.plan.attention!r}" + (f" ({reason})" if reason else ""))
+                             f"{self.runner.plan.attention!r}" + (f" ({why})" if why else ""))
         return config, changed
 
     def reconfigure(self, **changes) -> dict[str, tuple]:

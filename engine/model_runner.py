@@ -66,7 +66,7 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.block_size = config.block_size
         attn = self.model.layers[0].self_attn
-        self.backend = self._backend(attn)
+        self.backend, self.attention_fallback = self._backend(attn)
         self.model.prepack_for_cpu(kernels=self.backend.name == "cpu")  # the weights' final layout
         self.pad_block = config.num_kv_blocks  # never handed out by the BlockManager
         shape = (
@@ -97,8 +97,8 @@ class ModelRunner:
         return torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
     def _backend(self, attn):
-        """The configured attention backend; the CPU kernel falls back to torch's where it cannot
-        run this model (logged; the execution plan says ``torch``)."""
+        """The configured attention backend, and why it fell back (or None): the CPU kernel falls back
+        to torch's where it cannot run this model (logged; the execution plan says ``torch``)."""
         config = self.config
         backend = make_backend(config.attention_backend, config.block_size)
         why = backend.unsupported(attn.num_heads, attn.num_kv_heads, attn.head_dim, config.torch_dtype)
@@ -107,7 +107,7 @@ class ModelRunner:
         if why is not None:
             log.warning("attention backend %r cannot run here (%s): using 'torch'", backend.name, why)
             backend = make_backend("torch", config.block_size)
-        return backend
+        return backend, why
 
     @torch.inference_mode()
     def capture_decode_graphs(self, capture: Capture) -> None:

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kernels_here import needs_kernels
 
 from benchmarks.__main__ import main
 from benchmarks.llama_cpp_peer import UNSEEN
@@ -97,6 +98,7 @@ def test_llama_cpp_peer_streams_every_token_from_its_server(tmp_path, monkeypatc
             assert ids == [UNSEEN if i % 3 == 1 or i == len(ids) - 1 else (ids[0] + i) % 1000 for i in range(len(ids))]
 
 
+@needs_kernels
 def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_dir, tmp_path, capsys):
     """Two builds of the same kernel sources, the tiny workload in lockstep: every kind of step
     gets a ratio per round and a summary, the decode-only steps by their band of rows too, with
@@ -104,8 +106,6 @@ def test_lockstep_steps_two_builds_in_turn_and_reports_their_ratios(tiny_model_d
     from benchmarks import lockstep
     from engine import cpu_kernels
 
-    if cpu_kernels.load() is None:
-        pytest.skip(cpu_kernels.why_off())
     out = tmp_path / "lockstep.json"
     result = lockstep.main(["--baseline", str(cpu_kernels.SOURCES), "--model", tiny_model_dir, "--setting", "tiny",
                             "--rounds", "2", "--kv-cache-gb", "0.01", "--neighbour", "0.2,1", "--out", str(out)])
@@ -133,15 +133,13 @@ def test_lockstep_puts_a_decode_step_in_the_band_of_its_rows():
         "decode 16-24 rows", "decode 16-24 rows", "decode 25+ rows", "decode 25+ rows"]
 
 
+@needs_kernels
 def test_the_instruction_peak_puts_each_linear_against_the_vector_units_own_peak(tiny_model_dir, tmp_path, capsys):
     """Each linear shape of the model, on Batchscope's kernel and torch's best, as a fraction of the
     vector units' peak on registers alone: the printed table is the saved JSON, every shape in it,
     each fraction a real one (no timing asserts beyond that)."""
     from benchmarks import instruction_peak
-    from engine import cpu_kernels
 
-    if cpu_kernels.load() is None:
-        pytest.skip(cpu_kernels.why_off())
     out = tmp_path / "peak.json"
     instruction_peak.main(["--model", tiny_model_dir, "--rows", "16", "--threads", "1", "--out", str(out)])
     printed, saved = capsys.readouterr().out, json.loads(out.read_text())
@@ -172,13 +170,12 @@ def test_a_neighbour_burns_beside_the_block_and_is_gone_after_it():
             Neighbour.parse(bad)
 
 
+@needs_kernels
 def test_lockstep_refuses_a_baseline_of_another_interface(tmp_path):
     """Kernels whose ABI is not this tree's would be called with arguments they do not take."""
     from benchmarks import lockstep
     from engine import cpu_kernels
 
-    if cpu_kernels.load() is None:
-        pytest.skip(cpu_kernels.why_off())
     older, work = tmp_path / "older", tmp_path / "work"
     shutil.copytree(cpu_kernels.SOURCES, older), work.mkdir()
     header = older / "batchscope.h"
@@ -188,13 +185,12 @@ def test_lockstep_refuses_a_baseline_of_another_interface(tmp_path):
         lockstep.baseline_library(str(older), work)
 
 
+@needs_kernels
 def test_lockstep_refuses_a_baseline_that_lacks_a_kernel(tmp_path):
     """A build from before a kernel was added (this tree's engine would call it): refused, saying which."""
     from benchmarks import lockstep
     from engine import cpu_kernels
 
-    if cpu_kernels.load() is None:
-        pytest.skip(cpu_kernels.why_off())
     older, work = tmp_path / "older", tmp_path / "work"
     shutil.copytree(cpu_kernels.SOURCES, older), work.mkdir()
     (older / "argmax.c").unlink()
