@@ -21,9 +21,9 @@ The library needs only libc and OpenMP: it builds in about a second (``-O3 -marc
 compiler and the CPU, and links the OpenMP runtime torch already loaded, so both share one
 thread pool. Without a compiler (or on a build error) ``load()`` returns None and the engine
 keeps torch's ops, saying why once; with ``BATCHSCOPE_REQUIRE_KERNELS=1`` (CI) it raises instead.
-The kernels are written for AVX-512 (16-float vectors, csrc/vec.h): on a CPU without it (AVX2
-laptops) they build, but GCC keeps their vectors in memory, so the engine keeps torch's ops there
-too, saying so (``unfit``; not an error under ``BATCHSCOPE_REQUIRE_KERNELS``).
+The kernels' vectors are the CPU's registers (csrc/vec.h): 16 floats with AVX-512, 8 with AVX2 and
+FMA (most laptops). On a CPU with neither they build, but GCC keeps their vectors in memory, so the
+engine keeps torch's ops there, saying so (``unfit``; not an error under ``BATCHSCOPE_REQUIRE_KERNELS``).
 The sources build with GCC 11 and later, and clang (vec.h's SHUFFLE).
 
 The interface is checked, not trusted: ``csrc/batchscope.h`` declares every export and every struct
@@ -210,15 +210,15 @@ def vector_bits(library: ctypes.CDLL) -> tuple[int, int]:
 
 def unfit(library: ctypes.CDLL) -> str | None:
     """Why the kernels' vectors do not fit this CPU's registers (logged), or None where they do. The
-    kernels are written on 16 floats (csrc/vec.h), for AVX-512: with narrower registers, GCC keeps
-    every such vector in memory, and on a Zen 3 host (AVX2) the engine ran 17x slower on the kernels
-    than on torch's ops (BENCHMARKS.md, "A CPU without AVX-512"). Not an error under
-    BATCHSCOPE_REQUIRE_KERNELS: the kernels built; this CPU is not theirs."""
+    kernels' vectors are 16 floats with AVX-512 and 8 with AVX2 and FMA (csrc/vec.h), 16 elsewhere:
+    with narrower registers, GCC keeps every such vector in memory (on a Zen 3 host the engine ran
+    17x slower on 16-float kernels than on torch's ops: BENCHMARKS.md, "A CPU without AVX-512").
+    Not an error under BATCHSCOPE_REQUIRE_KERNELS: the kernels built; this CPU is not theirs."""
     bits, needed = vector_bits(library)
     if bits >= needed:
         return None
-    return _off(f"this CPU's vectors are {bits}-bit, the CPU kernels' {needed}-bit (csrc/vec.h, for AVX-512): "
-                "they would live in memory, slower than torch's ops")
+    return _off(f"this CPU's vectors are {bits}-bit, the CPU kernels' {needed}-bit (csrc/vec.h: AVX-512, or AVX2 "
+                "with FMA): they would live in memory, slower than torch's ops")
 
 
 def _without_kernels(why: str) -> Here:

@@ -17,7 +17,7 @@ import pytest
 
 from engine import cpu_kernels
 
-X86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for x86-64-v3 (AVX2)")
+X86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for x86-64-v2 and -v3")
 
 
 @pytest.fixture
@@ -51,28 +51,30 @@ def test_the_kernels_build_with_gcc_11(tmp_path, monkeypatch):
 
 @X86
 def test_a_build_whose_vectors_are_narrower_than_the_kernels_runs_torchs_ops(tmp_path, monkeypatch, caplog):
-    """On a CPU without AVX-512 (most laptops) GCC cannot hold vec.h's 16-float vectors in registers and
-    keeps them in memory: on a Zen 3 host the engine ran 17x slower on the kernels than on torch's ops.
-    Such a build is not used, with the reason said, also where kernels are required (not a C fault)."""
-    flags = tuple(f if f != "-march=native" else "-march=x86-64-v3" for f in cpu_kernels.FLAGS)
+    """On a CPU with neither AVX-512 nor AVX2 (x86-64-v2: SSE's 128-bit registers) GCC cannot hold vec.h's
+    16-float vectors in registers and keeps them in memory: on a Zen 3 host the engine ran 17x slower on
+    such kernels than on torch's ops. Such a build is not used, with the reason said, also where kernels
+    are required (not a C fault)."""
+    flags = tuple(f if f != "-march=native" else "-march=x86-64-v2" for f in cpu_kernels.FLAGS)
     monkeypatch.setattr(cpu_kernels, "FLAGS", flags)
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path))
     monkeypatch.setenv(cpu_kernels.REQUIRE_KERNELS, "1")
     here = cpu_kernels.here.__wrapped__()
-    assert here.library is None and here.reason.startswith("this CPU's vectors are 256-bit, the CPU kernels' 512-bit")
-    assert "256-bit" in caplog.text and "torch's ops are used instead" in caplog.text
+    assert here.library is None and here.reason.startswith("this CPU's vectors are 128-bit, the CPU kernels' 512-bit")
+    assert "128-bit" in caplog.text and "torch's ops are used instead" in caplog.text
 
 
 @X86
 def test_the_kernels_build_for_a_cpu_without_avx512(tmp_path):
-    """An AVX2 CPU builds the same sources (vec.h's narrower path): CI's hosts may lack AVX-512, and a
-    source that does not compile there must fail CI as it does elsewhere (the build is then not used:
-    unfit)."""
+    """An AVX2 CPU builds the same sources on 8-float vectors (vec.h), wherever CI runs: a source that
+    does not compile for AVX2 fails CI on an AVX-512 host too (test_cpu_kernels checks what it computes
+    where the CPU has AVX2), and its vectors fit AVX2's registers."""
     flags = [f if f != "-march=native" else "-march=x86-64-v3" for f in cpu_kernels.FLAGS]
     sources = sorted(str(f) for f in cpu_kernels.SOURCES.glob("*.c"))
     done = subprocess.run([cpu_kernels.compiler(), *flags, *sources, "-o", str(tmp_path / "avx2.so")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert cpu_kernels.vector_bits(cpu_kernels.open_library(tmp_path / "avx2.so")) == (256, 256)
 
 
 HEADER = cpu_kernels.SOURCES / "batchscope.h"
@@ -162,9 +164,11 @@ def test_a_library_that_fails_the_check_is_not_used(monkeypatch, caplog):
 
 
 def test_the_build_knows_the_vectors_of_this_cpu(library):
-    """What unfit reads is the CPU's own: 512-bit vectors with AVX-512F, 256 with AVX alone; the
-    kernels' own are 512-bit (vec.h's 16 floats)."""
+    """What unfit reads is the CPU's own: 512-bit vectors with AVX-512F, 256 with AVX2; the kernels' own
+    are as wide (vec.h: 16 floats, or 8)."""
     flags = cpu_kernels._cpu_flags().split()
     if b"avx" not in flags:
         pytest.skip("not an x86 CPU with AVX (no flags line in /proc/cpuinfo)")
-    assert cpu_kernels.vector_bits(library) == (512 if b"avx512f" in flags else 256, 512)
+    bits = 512 if b"avx512f" in flags else 256
+    eight_floats = bits == 512 or (b"avx2" in flags and b"fma" in flags)
+    assert cpu_kernels.vector_bits(library) == (bits, bits if eight_floats else 512)

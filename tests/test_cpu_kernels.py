@@ -90,6 +90,10 @@ SHAPES = [(9, 3, 64), (14, 2, 64), (12, 2, 128), (4, 4, 32), (8, 1, 16)]
 @pytest.mark.parametrize("batch_invariant", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_kind_of_segment_matches_per_request_attention(dtype, batch_invariant, shape):
+    check_segments(dtype, batch_invariant, shape)
+
+
+def check_segments(dtype, batch_invariant, shape):
     heads, kv_heads, dim = shape
     layout, tables, q, k, v, k_cache, v_cache = random_step(MIXED, dtype, heads=heads, kv_heads=kv_heads, dim=dim)
     out = attend(layout, q, k, v, k_cache, v_cache, batch_invariant)  # writes this step's K/V first
@@ -255,6 +259,33 @@ def test_norm_and_silu_in_bf16_feed_the_pairs_kernel_the_same_bits_as_its_own_ro
 
 def test_fp32_linear_equals_f_linear_and_a_rows_result_does_not_depend_on_the_batch():
     check_linear(torch.float32, rounds_x=False)
+
+
+@pytest.fixture(scope="module")
+def avx2_build(tmp_path_factory):
+    """This tree built for AVX2 with FMA (x86-64-v3: 8-float vectors, vec.h), where this CPU runs it: on
+    an AVX2 host that is the build in use; on an AVX-512 host its own paths are checked here too."""
+    flags = cpu_kernels._cpu_flags().split()
+    if not (b"avx2" in flags and b"fma" in flags):
+        pytest.skip("this CPU cannot run an AVX2 build")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_kernels, "FLAGS", tuple(f.replace("native", "x86-64-v3") for f in cpu_kernels.FLAGS))
+        patch.setenv("BATCHSCOPE_CACHE", str(tmp_path_factory.mktemp("avx2")))
+        library = cpu_kernels.this_tree(cpu_kernels.compiler())
+    assert cpu_kernels.vector_bits(library) == (256, 256)
+    return library
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_avx2_build_attends_and_multiplies_as_the_references_do(avx2_build, dtype):
+    """Its attention on every kind of segment and shape (8 rows a chunk's work item, head dims split
+    into 32-dim parts), and its linear (6 rows a pass, a panel's columns in two halves)."""
+    with cpu_kernels.using(avx2_build):
+        for shape in SHAPES:
+            for batch_invariant in (False, True):
+                check_segments(dtype, batch_invariant, shape)
+        if dtype == torch.float32:
+            check_linear(torch.float32, rounds_x=False)
 
 
 def test_bf16_linear_equals_f_linear_and_a_rows_result_does_not_depend_on_the_batch(bf16_kernel):

@@ -21,7 +21,11 @@ static int64_t argmax_row(const float *x, int64_t cols) {
     int64_t at = 0;
     if (whole) {
         vf lane_best = load(x);
+#if LANES == 16
         vi lane_at = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, index = lane_at;
+#else
+        vi lane_at = {0, 1, 2, 3, 4, 5, 6, 7}, index = lane_at;
+#endif
         for (int64_t i = LANES; i < whole; i += LANES) {
             vf v = load(x + i);
             index += LANES;

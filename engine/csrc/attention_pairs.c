@@ -90,7 +90,7 @@ static void lay_out_keys(const Args *c, const Lane *l, int64_t j0) {
             const uint16_t *row = j0 + key < l->keys ? cache_row(c, c->k_cache, l->table, j0 + key, l->kv_head) : NULL;
             r[key] = row ? (vf)_mm512_loadu_si512(row + db * DEPTH) : (vf){0};
         }
-        transpose16(r);
+        transpose_lanes(r);
         uint16_t *rows = l->kt + ((b * depth_blocks + db) * 2 + half) * 16 * 32;
         for (int p = 0; p < 16; p++) _mm512_storeu_si512(rows + p * 32, (__m512i)r[p]);
     }

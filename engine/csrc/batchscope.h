@@ -14,11 +14,6 @@
 #define BS_MAX_HEADS 128  /* query heads paged attention holds per row (cpu_kernels.MAX_HEADS) */
 #define BS_MAX_DIM 256    /* head dim */
 #define BS_THREADED_ELEMENTS 65536  /* element-wise passes over more floats than this use every thread */
-/* Rows of x one pass over a linear's weight panel holds (gemm.c, gemm_bf16.c): up to BS_LINEAR_ROWS
- * rows in one pass (two accumulators a row, 30 of the 32 vector registers); more rows in passes of at
- * most BS_LINEAR_PASS_ROWS. Each kernel's notes give the measurements behind both. */
-#define BS_LINEAR_ROWS 15
-#define BS_LINEAR_PASS_ROWS 12
 
 /* The linear kernel a fused decoder layer runs (cpu_kernels.LINEAR_KERNELS). */
 enum { LINEAR_FP32 = 0, LINEAR_WIDEN = 1, LINEAR_PAIRS = 2, LINEAR_AMX = 3 };

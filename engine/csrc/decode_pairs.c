@@ -5,7 +5,7 @@
  * Why: a decode row reads its keys and values once, so the pair layout attention_pairs.c builds for
  * a chunk would cost as much as the row. Here the products read the cache as it lies:
  *   scores  a key's dims are already pairs (2d, 2d + 1): one VDPBF16PS per 32 dims against the
- *           query's pairs, 16 keys' chains interleaved and reduced together (vec.h reduce16);
+ *           query's pairs, 16 keys' chains interleaved and reduced together (vec.h reduce_lanes);
  *   values  two keys' rows interleaved word by word (VPUNPCKLWD / VPUNPCKHWD) pair each dim's two
  *           values, weighed by the two keys' weights as one pair: one VDPBF16PS per 16 dims and two
  *           keys, for up to 6 query heads of a kv head at once. The interleave permutes the dims
@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) vf score16(const __m512bh *q, const
             s = _mm512_dpbf16_ps(s, q[c], load_pairs(k_cache + off[k] + head + c * 32));
         d[k] = (vf)s;
     }
-    return reduce16(d);
+    return reduce_lanes(d);
 }
 
 /* Pass 1: scores[h * stride + j] for every key (keys past nkeys in the last group: garbage, pass 2

@@ -20,7 +20,7 @@
 #include "vec.h"
 
 #define PANEL 32
-/* Rows one kernel holds (batchscope.h: BS_LINEAR_ROWS, GCC keeping one accumulator in memory at 15).
+/* Rows one kernel holds (linear_rows.h: BS_LINEAR_ROWS, GCC keeping one accumulator in memory at 15).
  * A decode step's 13-15 rows read each panel once, not in two passes (12 + 1 .. 12 + 3): over
  * SmolLM2-135M's 120 linears and LM head from DRAM (2 threads, fp32, alternating, the same bits)
  * 0.84-0.87x the time at 13-15 rows. More rows go in passes of BS_LINEAR_PASS_ROWS: passes of 15
@@ -43,7 +43,17 @@
  * 16 rows 0.959x, 17 rows 0.975x, 18-24 rows 0.975-1.005x; at the 0.5B shape (the single pass alone)
  * 8-12 rows 0.928x, 13-15 rows 0.899x. */
 
-/* Columns c0..c0+31 of panel p at depth k, as two vectors. */
+/* A pass's rows take the panel's columns in groups of two vectors: the whole panel with AVX-512, its
+ * two halves one after the other on AVX2's 8-float vectors (16 registers hold 6 rows of two
+ * accumulators, not of four). Each output's chain is the same either way. */
+#define GROUPS (PANEL / (2 * LANES))
+#if GROUPS == 1  /* (a loop of one trip compiles to other code: GCC unrolls after it inlines) */
+#define EACH_GROUP const int g = 0;
+#else
+#define EACH_GROUP for (int g = 0; g < GROUPS; g++)
+#endif
+
+/* Columns col..col + 2 LANES - 1 of the packed weights from element `at`, as two vectors. */
 static inline __attribute__((always_inline)) void panel_row(const void *packed, int bf16, int64_t at, vf *lo, vf *hi) {
     if (bf16) {
         const uint16_t *p = (const uint16_t *)packed + at;
@@ -59,40 +69,47 @@ static inline __attribute__((always_inline)) void finish(vf lo, vf hi, const flo
     store(out, lo), store(out + LANES, hi);
 }
 
+/* Column group g of panel `panel` for `rows` rows; the first group asks for the weights ahead (the
+ * whole panel row: a second group finds them in cache) and, with `next`, for the next panel. */
 static inline __attribute__((always_inline)) void block_rows(const float *x, int64_t x_stride, const void *packed,
                                                              int bf16, const float *bias, float *out, int64_t n,
-                                                             int64_t k, int64_t panel, int rows, int next) {
+                                                             int64_t k, int64_t panel, int rows, int next, int g) {
     vf lo[BS_LINEAR_ROWS], hi[BS_LINEAR_ROWS];
     ACCUMULATORS_IN_REGISTERS(k)
     for (int r = 0; r < rows; r++) lo[r] = hi[r] = (vf){0};
-    const int64_t base = panel * k * PANEL;
+    const int64_t base = panel * k * PANEL, col = g * 2 * LANES;
     for (int64_t d = 0; d < k; d++) {
         vf w0, w1;
-        const char *ahead = (const char *)packed + (base + (d + PREFETCH) * PANEL) * (bf16 ? 2 : 4);
-        __builtin_prefetch(ahead), __builtin_prefetch(ahead + 64);
-        if (next) {
+        if (g == 0) {
+            const char *ahead = (const char *)packed + (base + (d + PREFETCH) * PANEL) * (bf16 ? 2 : 4);
+            __builtin_prefetch(ahead), __builtin_prefetch(ahead + 64);
+        }
+        if (next && g == 0) {
             const char *coming = (const char *)packed + (base + k * PANEL + d * PANEL) * (bf16 ? 2 : 4);
             __builtin_prefetch(coming, 0, 2);  /* into L2 (prefetcht1) */
             if (!bf16) __builtin_prefetch(coming + 64, 0, 2);
         }
-        panel_row(packed, bf16, base + d * PANEL, &w0, &w1);
+        panel_row(packed, bf16, base + d * PANEL + col, &w0, &w1);
         for (int r = 0; r < rows; r++) {
             float xv = x[r * x_stride + d];
             lo[r] = xv * w0 + lo[r];
             hi[r] = xv * w1 + hi[r];
         }
     }
-    for (int r = 0; r < rows; r++) finish(lo[r], hi[r], bias, panel * PANEL, out + r * n + panel * PANEL);
+    for (int r = 0; r < rows; r++) finish(lo[r], hi[r], bias, panel * PANEL + col, out + r * n + panel * PANEL + col);
 }
 
+/* Every column group of one panel for R rows (nx: prefetch the next panel), the group a constant. */
 #define KERNELS(R)                                                                                           \
     static void rows##R##_f32(const float *x, int64_t s, const void *w, const float *b, float *o, int64_t n,    \
                               int64_t k, int64_t p, int nx) {                                                  \
-        if (nx) block_rows(x, s, w, 0, b, o, n, k, p, R, 1); else block_rows(x, s, w, 0, b, o, n, k, p, R, 0);  \
+        EACH_GROUP                                                                                            \
+            if (nx) block_rows(x, s, w, 0, b, o, n, k, p, R, 1, g); else block_rows(x, s, w, 0, b, o, n, k, p, R, 0, g);  \
     }                                                                                                          \
     static void rows##R##_bf16(const float *x, int64_t s, const void *w, const float *b, float *o, int64_t n,   \
                                int64_t k, int64_t p, int nx) {                                                 \
-        if (nx) block_rows(x, s, w, 1, b, o, n, k, p, R, 1); else block_rows(x, s, w, 1, b, o, n, k, p, R, 0);  \
+        EACH_GROUP                                                                                            \
+            if (nx) block_rows(x, s, w, 1, b, o, n, k, p, R, 1, g); else block_rows(x, s, w, 1, b, o, n, k, p, R, 0, g);  \
     }
 KERNELS(1)
 KERNELS(2)
@@ -100,6 +117,7 @@ KERNELS(3)
 KERNELS(4)
 KERNELS(5)
 KERNELS(6)
+#if BS_LINEAR_ROWS > 6
 KERNELS(7)
 KERNELS(8)
 KERNELS(9)
@@ -109,14 +127,21 @@ KERNELS(12)
 KERNELS(13)
 KERNELS(14)
 KERNELS(15)
+#endif
 
 typedef void (*Kernel)(const float *, int64_t, const void *, const float *, float *, int64_t, int64_t, int64_t, int);
 static const Kernel KERNELS_F32[] = {NULL, rows1_f32, rows2_f32, rows3_f32, rows4_f32, rows5_f32, rows6_f32,
+#if BS_LINEAR_ROWS > 6
                                      rows7_f32, rows8_f32, rows9_f32, rows10_f32, rows11_f32, rows12_f32,
-                                     rows13_f32, rows14_f32, rows15_f32};
+                                     rows13_f32, rows14_f32, rows15_f32
+#endif
+};
 static const Kernel KERNELS_BF16[] = {NULL, rows1_bf16, rows2_bf16, rows3_bf16, rows4_bf16, rows5_bf16, rows6_bf16,
+#if BS_LINEAR_ROWS > 6
                                       rows7_bf16, rows8_bf16, rows9_bf16, rows10_bf16, rows11_bf16, rows12_bf16,
-                                      rows13_bf16, rows14_bf16, rows15_bf16};
+                                      rows13_bf16, rows14_bf16, rows15_bf16
+#endif
+};
 
 /* w [n, k] (fp32, or bf16 as uint16) into packed [n / PANEL][k][PANEL]; n a multiple of PANEL. */
 void bs_pack_linear(const void *w, int bf16, int64_t n, int64_t k, void *packed) {

@@ -24,7 +24,7 @@
  * 3 rounds): decode-only steps 0.95x the time (0.94-0.96), prefill-heavy 0.99x. */
 #define PREFETCH 32
 
-/* Rows one pass over a panel holds (batchscope.h: BS_LINEAR_ROWS; with the panel's two vectors all 32
+/* Rows one pass over a panel holds (linear_rows.h: BS_LINEAR_ROWS; with the panel's two vectors all 32
  * registers, GCC keeping one accumulator in memory at 15 rows). A decode step's 13-15 rows stream
  * each panel once, not in two passes (7 + 6 .. 8 + 7). Over SmolLM2-135M's 120 linears and LM head
  * from DRAM (2 threads, C alone, alternating, the same bits): 13 and 14 rows 0.84-0.89x the time, 15

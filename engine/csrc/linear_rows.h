@@ -15,6 +15,20 @@
 #include <stdint.h>
 
 #include "batchscope.h"
+#include "vec.h"
+
+/* Rows of x one pass over a linear's weight panel holds (gemm.c, gemm_bf16.c): up to BS_LINEAR_ROWS
+ * rows in one pass (two accumulator vectors a row and column group: with AVX-512, 30 of the 32
+ * vector registers); more rows in passes of at most BS_LINEAR_PASS_ROWS. Each kernel's notes give
+ * the measurements behind both. AVX2 has 16 registers: 6 rows (12 accumulators, the two weight
+ * vectors and the broadcast row value), as BLIS's 6 x 16 AVX2 kernel. */
+#if LANES == 16
+#define BS_LINEAR_ROWS 15
+#define BS_LINEAR_PASS_ROWS 12
+#else
+#define BS_LINEAR_ROWS 6
+#define BS_LINEAR_PASS_ROWS 6
+#endif
 
 /* Put before the loop that zeroes a block's accumulators, `depth` the trip count of the loop after it. */
 #define ACCUMULATORS_IN_REGISTERS(depth)      \

@@ -8,7 +8,7 @@
  * num_cached[s] .., and row r at position p attends to keys 0..p (causal, bottom-right aligned) in the blocks
  * tables[s * table_stride + j / block_size] (block_size a power of two).
  *
- * One work item = up to 16 rows of one segment. Row by row (decodes; and every row when the call is
+ * One work item = up to LANES rows of one segment (16, or 8 on AVX2). Row by row (decodes; and every row when the call is
  * ``invariant``), a row walks its keys once, every head of a key together (one contiguous read of
  * the key's kv heads, as the cache stores them); chunks of many rows take attend_rows (below).
  * Per row: scores for every key, their max, exp and sum, then the weighted sum of the values, all
@@ -34,8 +34,19 @@ static inline __attribute__((always_inline)) vf chunk(const void *cache, int bf1
     return bf16 ? load_bf16((const uint16_t *)cache + at) : load((const float *)cache + at);
 }
 
-/* Head dims whose loops are compiled with a constant count of vectors (64 and 128). */
-static inline int unrolled(int chunks) { return chunks == 4 || chunks == 8; }
+/* Head dims whose loops are compiled with a constant count of vectors (64 and 128), as vectors. */
+#define CHUNKS_64 (64 / LANES)
+#define CHUNKS_128 (128 / LANES)
+static inline int unrolled(int chunks) { return chunks == CHUNKS_64 || chunks == CHUNKS_128; }
+
+/* The most accumulator vectors one weigh_head call keeps: head dim 128 in one call on AVX-512 (8 of
+ * its 32 registers), in two on AVX2 (8 of 16). */
+#define HEAD_PART 8
+#if CHUNKS_128 == HEAD_PART  /* (a loop of one trip compiles to other code) */
+#define EACH_HEAD_PART const int c = 0;
+#else
+#define EACH_HEAD_PART for (int c = 0; c < CHUNKS_128; c += HEAD_PART)
+#endif
 
 /* The dot product (lanes not yet added) of a scaled query with the key vector at `at`. */
 static inline __attribute__((always_inline)) vf dot(const vf *q, const void *k_cache, int bf16, int64_t at, int chunks) {
@@ -105,13 +116,13 @@ static inline __attribute__((always_inline)) void score_keys(const Args *a, cons
             int64_t head = (int64_t)(hq / group) * a->dim;
             vf dots[LANES];
             if (widen && hq % group == 0) widen_keys(a, off, head, wide);
-            if (widen && chunks == 4) dot16_widened(sc->q + hq * chunks, wide, dots, 4);
-            else if (widen) dot16_widened(sc->q + hq * chunks, wide, dots, 8);
-            else if (chunks == 4) dot16(sc->q + hq * chunks, a->k_cache, bf16, off, head, dots, 4);
-            else if (chunks == 8) dot16(sc->q + hq * chunks, a->k_cache, bf16, off, head, dots, 8);
+            if (widen && chunks == CHUNKS_64) dot16_widened(sc->q + hq * chunks, wide, dots, CHUNKS_64);
+            else if (widen) dot16_widened(sc->q + hq * chunks, wide, dots, CHUNKS_128);
+            else if (chunks == CHUNKS_64) dot16(sc->q + hq * chunks, a->k_cache, bf16, off, head, dots, CHUNKS_64);
+            else if (chunks == CHUNKS_128) dot16(sc->q + hq * chunks, a->k_cache, bf16, off, head, dots, CHUNKS_128);
             else
                 for (int k = 0; k < LANES; k++) dots[k] = dot(sc->q + hq * chunks, a->k_cache, bf16, off[k] + head, chunks);
-            vf s = reduce16(dots);
+            vf s = reduce_lanes(dots);
             store(sc->scores + hq * sc->stride + j, s);
             vmax[hq] = vmaxf(s, vmax[hq]);
         }
@@ -175,20 +186,29 @@ static inline __attribute__((always_inline)) void weigh_values(const Args *a, co
             const float *w = sc->scores + hq * sc->stride + j;
             int64_t head = (int64_t)(hq / group) * a->dim;
             vf *acc = sc->acc + hq * chunks;
-            if (paired_values(bf16, chunks) && chunks == 4) weigh_head_pairs(a, off, n, head, w, acc, 2);
-            else if (paired_values(bf16, chunks)) weigh_head_pairs(a, off, n, head, w, acc, 4);
-            else if (chunks == 4) weigh_head(a, off, n, head, w, acc, bf16, 4);
-            else if (chunks == 8) weigh_head(a, off, n, head, w, acc, bf16, 8);
+            if (paired_values(bf16, chunks) && chunks == CHUNKS_64) weigh_head_pairs(a, off, n, head, w, acc, CHUNKS_64 / 2);
+            else if (paired_values(bf16, chunks)) {
+                EACH_HEAD_PART weigh_head_pairs(a, off, n, head + (int64_t)c * LANES, w, acc + c, HEAD_PART / 2);
+            }
+            else if (chunks == CHUNKS_64) weigh_head(a, off, n, head, w, acc, bf16, CHUNKS_64);
+            else if (chunks == CHUNKS_128) {
+                EACH_HEAD_PART weigh_head(a, off, n, head + (int64_t)c * LANES, w, acc + c, bf16, HEAD_PART);
+            }
             else
                 for (int c = 0; c < chunks; c++) weigh_head(a, off, n, head + (int64_t)c * LANES, w, acc + c, bf16, 1);
         }
     }
 }
 
-/* Values c * 16 .. c * 16 + 15 from the even and odd accumulators of their 32 (half = c & 1). */
+/* Values c * LANES .. (c + 1) * LANES - 1 from the even and odd accumulators of their 2 LANES
+ * (half = c & 1). */
 static inline vf unpair(vf even, vf odd, int half) {
+#if LANES == 16
     return half ? SHUFFLE(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
                 : SHUFFLE(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+#else
+    return half ? SHUFFLE(even, odd, 4, 12, 5, 13, 6, 14, 7, 15) : SHUFFLE(even, odd, 0, 8, 1, 9, 2, 10, 3, 11);
+#endif
 }
 
 /* One query row at position `pos`, every head, keys through `table`. */
@@ -307,6 +327,7 @@ static inline __attribute__((always_inline)) void weigh_rows(const Args *a, cons
             store(out + (int64_t)(i0 + i) * a->heads * a->dim + c * LANES, acc[i][c] * (1.0f / total[i0 + i]));
 }
 
+#if LANES == 16
 /* Every row of a chunk's query head, in weigh_rows calls whose accumulators stay in registers: 6 + 6 + 4
  * rows at head_dim 64 (6 x 4 vectors), 2 at a time at 128, 4 at 16, 1 otherwise. */
 static inline __attribute__((always_inline)) void weigh_chunk(const Args *a, const int32_t *table, int64_t nkeys,
@@ -325,6 +346,26 @@ static inline __attribute__((always_inline)) void weigh_chunk(const Args *a, con
         for (int i0 = 0; i0 < rows; i0++) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, chunks, 1);
     }
 }
+#else
+/* The same on 8-float vectors (16 registers): the head's dims 32 at a time (4 vectors), the chunk's
+ * 8 rows as 3 + 3 + 2 (12 accumulators, the value vector and the weight); 1 row and the whole head
+ * for head dims not a multiple of 32. */
+static inline __attribute__((always_inline)) void weigh_chunk(const Args *a, const int32_t *table, int64_t nkeys,
+                                                              int64_t head, const vf *st, vf total, int rows,
+                                                              float *out, int bf16) {
+    const int chunks = a->dim / LANES;
+    if (chunks % 4) {
+        for (int i0 = 0; i0 < rows; i0++) weigh_rows(a, table, nkeys, head, st, total, i0, rows, out, bf16, chunks, 1);
+        return;
+    }
+    for (int c = 0; c < chunks; c += 4) {
+        const int64_t part = (int64_t)c * LANES;
+        for (int i0 = 0; i0 < 6 && i0 < rows; i0 += 3)
+            weigh_rows(a, table, nkeys, head + part, st, total, i0, rows, out + part, bf16, 4, 3);
+        if (rows > 6) weigh_rows(a, table, nkeys, head + part, st, total, 6, rows, out + part, bf16, 4, 2);
+    }
+}
+#endif
 
 /* qt[d] = query head hq's component d of rows row0 .. row0 + 15, scaled (zeros past `rows`): each 16
  * components of the 16 rows loaded as 16 vectors and transposed (vec.h), the same products as lane by
@@ -335,7 +376,7 @@ static void transpose_queries(const Args *a, int64_t row0, int rows, int hq, vf 
         vf r[LANES];
         for (int i = 0; i < LANES; i++)
             r[i] = i < rows ? load(a->q + (row0 + i) * a->q_stride + (int64_t)hq * a->dim + c) * a->scale : (vf){0};
-        transpose16(r);
+        transpose_lanes(r);
         for (int d = 0; d < LANES; d++) qt[c + d] = r[d];
     }
 }

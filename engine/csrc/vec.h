@@ -1,12 +1,23 @@
-/* Vector helpers shared by the CPU kernels: GCC vector extensions (AVX-512 under -march=native on
- * this project's CPUs, narrower where the CPU has less), a fixed-order horizontal sum, and exp as
- * a polynomial (Cephes' expf, within 2 ulp) so loops over it vectorise without -ffast-math. */
+/* Vector helpers shared by the CPU kernels: GCC vector extensions, a fixed-order horizontal sum, and
+ * exp as a polynomial (Cephes' expf, within 2 ulp) so loops over it vectorise without -ffast-math.
+ *
+ * A vector is one register of the CPU: 16 floats with AVX-512, 8 with AVX2 and FMA (most laptops:
+ * Intel's consumer CPUs, AMD's before Zen 4). GCC keeps a vector wider than the CPU's registers in
+ * memory, a store and a reload per operation (the kernels ran 17x slower than torch's ops on a
+ * Zen 3 when they were 16 floats everywhere), so the width follows the CPU. Results differ between
+ * the two widths only where lanes are summed (hsum, reduce_lanes: attention's dot products and
+ * norms); within one build a row's result never depends on the other rows. Other CPUs get 16-float
+ * vectors, which cpu_kernels.py leaves unused (unfit). */
 #ifndef BATCHSCOPE_VEC_H
 #define BATCHSCOPE_VEC_H
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define LANES 8
+#else
 #define LANES 16
+#endif
 
 typedef float vf __attribute__((vector_size(LANES * 4)));
 typedef float vf_u __attribute__((vector_size(LANES * 4), aligned(4), may_alias));
@@ -26,20 +37,30 @@ static inline vf load_bf16(const uint16_t *p) {
 /* a * b + c rounded once, as written: GCC contracts `x * y + z` into an FMA on its own, but which of
  * two products it fuses is its choice, and the choice changes the bits. */
 static inline vf fmadd(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
-/* v kept in a register: GCC folds a loaded vector into each multiply-add that uses it, a load per use. */
-static inline vf in_register(vf v) {
-    __asm__("" : "+v"(v));
-    return v;
+#elif LANES == 8
+#include <immintrin.h>
+static inline vf load_bf16(const uint16_t *p) {
+    return (vf)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
 }
+static inline vf fmadd(vf a, vf b, vf c) { return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
 #else
 static inline vf fmadd(vf a, vf b, vf c) { return a * b + c; }
-static inline vf in_register(vf v) { return v; }  /* (no register holds 16 floats here) */
 static inline vf load_bf16(const uint16_t *p) {
     vu bits = __builtin_convertvector(*(const vh_u *)p, vu) << 16;
     vf out;
     memcpy(&out, &bits, sizeof out);
     return out;
 }
+#endif
+
+#if defined(__AVX512F__) || LANES == 8
+/* v kept in a register: GCC folds a loaded vector into each multiply-add that uses it, a load per use. */
+static inline vf in_register(vf v) {
+    __asm__("" : "+v"(v));
+    return v;
+}
+#else
+static inline vf in_register(vf v) { return v; }  /* (no register holds 16 floats here) */
 #endif
 
 /* A failure flag the threads of one OpenMP region share: set and read atomically. */
@@ -64,12 +85,19 @@ static inline int has_failed(int *failed) {
 #define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
 #endif
 
-/* The sum of the 16 lanes as a fixed tree (halves added, then their halves...). */
+/* The sum of the lanes as a fixed tree (halves added, then their halves...). */
+#if LANES == 16
 static inline float hsum(vf v) {
     vf a = v + SHUFFLE(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
     vf b = a + SHUFFLE(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
+#else
+static inline float hsum(vf v) {
+    vf b = v + SHUFFLE(v, v, 4, 5, 6, 7, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+#endif
 
 static inline vf vmaxf(vf a, vf b) {
     vi take_a = a > b;
@@ -103,8 +131,9 @@ static inline void store_bf16_exact(uint16_t *dst, vf v) {
 }
 
 /* Lane k of the result is the sum of the lanes of d[k]: a transpose-and-add tree, 45 vector
- * operations for 16 dot products instead of 16 horizontal sums. */
-static inline vf reduce16(const vf *d) {
+ * operations for 16 dot products instead of 16 horizontal sums (21 for 8 on 8 lanes). */
+#if LANES == 16
+static inline vf reduce_lanes(const vf *d) {
     vf r[8], s[4], t[2];
     for (int i = 0; i < 8; i++)
         r[i] = SHUFFLE(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
@@ -121,8 +150,9 @@ static inline vf reduce16(const vf *d) {
 
 /* A 16 x 16 matrix of 32-bit lanes, one row a vector, transposed in place: four rounds that swap the
  * off-diagonal d x d blocks of rows i and i + d (d = 8, 4, 2, 1; i without bit d), each row a
- * two-source permute of the two (lanes 0-15 from row i, 16-31 from row i + d). */
-static inline void transpose16(vf r[16]) {
+ * two-source permute of the two (lanes 0-15 from row i, 16-31 from row i + d). On 8 lanes, 8 x 8 in
+ * three rounds (d = 4, 2, 1). */
+static inline void transpose_lanes(vf r[16]) {
     for (int i = 0; i < 16; i++)
         if (!(i & 8)) {
             const vf a = r[i], b = r[i + 8];
@@ -147,6 +177,36 @@ static inline void transpose16(vf r[16]) {
         r[i + 1] = SHUFFLE(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
     }
 }
+#else
+static inline vf reduce_lanes(const vf *d) {
+    vf r[4], s[2];
+    for (int i = 0; i < 4; i++)
+        r[i] = SHUFFLE(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) + SHUFFLE(d[2 * i], d[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    for (int i = 0; i < 2; i++)
+        s[i] = SHUFFLE(r[2 * i], r[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) + SHUFFLE(r[2 * i], r[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    return SHUFFLE(s[0], s[1], 0, 2, 4, 6, 8, 10, 12, 14) + SHUFFLE(s[0], s[1], 1, 3, 5, 7, 9, 11, 13, 15);
+}
+
+static inline void transpose_lanes(vf r[8]) {
+    for (int i = 0; i < 8; i++)
+        if (!(i & 4)) {
+            const vf a = r[i], b = r[i + 4];
+            r[i] = SHUFFLE(a, b, 0, 1, 2, 3, 8, 9, 10, 11);
+            r[i + 4] = SHUFFLE(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
+        }
+    for (int i = 0; i < 8; i++)
+        if (!(i & 2)) {
+            const vf a = r[i], b = r[i + 2];
+            r[i] = SHUFFLE(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+            r[i + 2] = SHUFFLE(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int i = 0; i < 8; i += 2) {
+        const vf a = r[i], b = r[i + 1];
+        r[i] = SHUFFLE(a, b, 0, 8, 2, 10, 4, 12, 6, 14);
+        r[i + 1] = SHUFFLE(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+}
+#endif
 
 static inline vf vselect(vi mask, vf a, vf b) {
     return (vf)(((vi)a & mask) | ((vi)b & ~mask));
