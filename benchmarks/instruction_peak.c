@@ -1,23 +1,21 @@
 /* The arithmetic peak of this CPU's vector units, in FLOP/s: each thread runs independent chains of
  * fused multiply-adds on registers only (no memory traffic), as many chains as hide the latency.
- * What a matmul kernel's GFLOP/s is a fraction of (benchmarks/instruction_peak.py). fp32 on GCC's
- * vector extension (AVX-512 where built with it, else AVX2's FMA); bf16 on AVX512-BF16's dot
- * product (two multiply-adds a lane), 0 where the CPU has none. */
+ * What a matmul kernel's GFLOP/s is a fraction of (benchmarks/instruction_peak.py). fp32 on the
+ * kernels' own vectors (engine/csrc/vec.h: 16 floats with AVX-512, 8 with AVX2's FMA); bf16 on
+ * AVX512-BF16's dot product (two multiply-adds a lane), 0 where the CPU has none. */
 #include <omp.h>
 #include <stdint.h>
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
+
+#include "../engine/csrc/vec.h"
 
 #define CHAINS 12
-typedef float vf __attribute__((vector_size(64)));
 
 static float fp32_chains(int64_t iters) {
     vf a[CHAINS], b = (vf){0} + 1.0000001f, c = (vf){0} + 1e-7f, sum = {0};
     for (int i = 0; i < CHAINS; i++) a[i] = (vf){0} + (float)i;
     for (int64_t it = 0; it < iters; it++)
 #pragma GCC unroll 12
-        for (int i = 0; i < CHAINS; i++) a[i] = a[i] * b + c;
+        for (int i = 0; i < CHAINS; i++) a[i] = fmadd(a[i], b, c);
     for (int i = 0; i < CHAINS; i++) sum += a[i];
     return sum[0];
 }
@@ -51,6 +49,6 @@ double bs_instruction_peak(int bf16, int64_t iters, int threads, float *sink) {
     total += bf16 ? bf16_chains(iters) : fp32_chains(iters);
     double seconds = omp_get_wtime() - start;
     *sink = total;
-    double per_round = CHAINS * 16.0 * 2.0 * (bf16 ? 2.0 : 1.0);  /* 16 lanes, multiply + add, pairs */
+    double per_round = CHAINS * (double)LANES * 2.0 * (bf16 ? 2.0 : 1.0);  /* lanes, multiply + add, pairs */
     return per_round * (double)iters * threads / seconds;
 }

@@ -30,7 +30,8 @@ def _library() -> ctypes.CDLL:
     """instruction_peak.c built as the kernels are (their compiler, flags and cache)."""
     if (cc := cpu_kernels.compiler()) is None:
         raise SystemExit("no C compiler: instruction_peak needs gcc or cc")
-    library = ctypes.CDLL(str(cpu_kernels.cached_build(cc, "instruction-peak", [SOURCE])))
+    built = cpu_kernels.cached_build(cc, "instruction-peak", [SOURCE, cpu_kernels.SOURCES / "vec.h"])
+    library = ctypes.CDLL(str(built))
     library.bs_instruction_peak.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
     library.bs_instruction_peak.restype = ctypes.c_double
     return library
