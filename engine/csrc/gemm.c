@@ -65,7 +65,10 @@
 #if GROUPS == 1  /* (a loop of one trip compiles to other code: GCC unrolls after it inlines) */
 #define EACH_GROUP const int g = 0;
 #else
-#define EACH_GROUP for (int g = 0; g < GROUPS; g++)
+/* Unrolled, so that each group's loop over the depth has no test of g: W1 at 135M fp32 on AVX2 step by
+ * step (benchmarks.lockstep, 3 rounds) 0.965x the time [0.953-0.975], prefill-heavy 0.958x, decode-only
+ * 0.983x. */
+#define EACH_GROUP _Pragma("GCC unroll 2") for (int g = 0; g < GROUPS; g++)
 #endif
 
 /* Columns col..col + 2 LANES - 1 of the packed weights from element `at`, as two vectors. */
