@@ -47,8 +47,10 @@ static inline int pass_rows(int64_t left, int64_t passes) { return (int)((left +
 
 /* Whether the last pass over a panel prefetches the next panel into L2 (the kernels' notes): from 8
  * rows (below, the weight stream alone bounds a pass) to two passes (more passes gained nothing, and
- * at prefill sizes the next panel evicts the rows from L2). */
-static inline int prefetches_next_panel(int64_t m) { return m >= 8 && row_passes(m) <= 2; }
+ * at prefill sizes the next panel evicts the rows from L2). On AVX2, whose passes hold 6 rows, to
+ * three passes (13-18 rows): W1's decode-only steps step by step (benchmarks.lockstep, 3 rounds)
+ * 0.988x the time at 135M fp32 (8-15 rows 0.953x), 0.985x at the 0.5B shape; prefill-heavy even. */
+static inline int prefetches_next_panel(int64_t m) { return m >= 8 && row_passes(m) <= (LANES == 8 ? 3 : 2); }
 
 /* out [m, n] of a linear without depth (k == 0): its bias, or zeros. The kernels answer it here, so
  * that their row blocks may take the depth to be at least 1. */
