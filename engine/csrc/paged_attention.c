@@ -8,8 +8,8 @@
  * num_cached[s] .., and row r at position p attends to keys 0..p (causal, bottom-right aligned) in the blocks
  * tables[s * table_stride + j / block_size] (block_size a power of two).
  *
- * One work item = up to LANES rows of one segment (16, or 8 on AVX2). Row by row (decodes; and every row when the call is
- * ``invariant``), a row walks its keys once, every head of a key together (one contiguous read of
+ * One work item = up to LANES rows of one segment (16, or 8 on AVX2). Row by row (decodes; and every
+ * row when the call is ``invariant``), a row walks its keys once, every head of a key together (one contiguous read of
  * the key's kv heads, as the cache stores them); chunks of many rows take attend_rows (below).
  * Per row: scores for every key, their max, exp and sum, then the weighted sum of the values, all
  * in fp32 with a fixed order that depends only on the row's own keys (a row's result does not
