@@ -50,8 +50,8 @@ static inline int pass_rows(int64_t left, int64_t passes) { return (int)((left +
 /* Whether the last pass over a panel prefetches the next panel into L2 (the kernels' notes): from 8
  * rows (below, the weight stream alone bounds a pass) to NEXT_PANEL_PASSES passes: two with AVX-512
  * (more passes gained nothing, and at prefill sizes the next panel evicts the rows from L2); three on
- * AVX2, whose passes hold 6 rows (13-18 rows): W1's decode-only steps step by step (benchmarks.lockstep, 3 rounds)
- * 0.988x the time at 135M fp32 (8-15 rows 0.953x), 0.985x at the 0.5B shape; prefill-heavy even. */
+ * AVX2, whose passes hold 6 rows (13-18 rows): W1's decode-only steps step by step (benchmarks.lockstep,
+ * 3 rounds) 0.988x the time at 135M fp32 (8-15 rows 0.953x), 0.985x at the 0.5B shape; prefill-heavy even. */
 static inline int prefetches_next_panel(int64_t m) { return m >= 8 && row_passes(m) <= NEXT_PANEL_PASSES; }
 
 /* out [m, n] of a linear without depth (k == 0): its bias, or zeros. The kernels answer it here, so
