@@ -77,6 +77,46 @@ def test_the_kernels_build_for_a_cpu_without_avx512(tmp_path):
     assert cpu_kernels.vector_bits(cpu_kernels.open_library(tmp_path / "avx2.so")) == (256, 256)
 
 
+TILE_SHAPES = r"""
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "amx.h"
+__attribute__((noinline)) static int differs(int a, int b) {
+    const int rows[8] = {a, a, b, b, a, b, 16, 16};
+    configure_tiles(rows);
+    TileConfig back;
+    _tile_storeconfig(&back);
+    int bad = 0;
+    for (int t = 0; t < 8; t++) bad |= back.colsb[t] != 64 || back.rows[t] != (rows[t] ? rows[t] : 1);
+    _tile_release();
+    return bad;
+}
+int main(void) {
+    if (syscall(SYS_arch_prctl, 0x1023, 18)) return 2;
+    int bad = 0;
+    for (int a = 1; a <= 16; a++)
+        for (int b = 0; b <= 16; b++) bad |= differs(a, b);
+    puts(bad ? "differs" : "same");
+    return bad;
+}
+"""
+
+
+@pytest.mark.skipif(not cpu_kernels.amx(), reason="no AMX tiles here")
+def test_the_tile_configuration_reaches_the_cpu_as_written(tmp_path):
+    """configure_tiles (amx.h) writes the whole 64-byte configuration before LDTILECFG reads it: GCC 12's
+    _tile_loadconfig names only its operand's first 8 bytes as read, and GCC dropped stores to the
+    rest (a fault at LDTILECFG, seen in a variant of gemm_amx.c and in this program)."""
+    (tmp_path / "tiles.c").write_text(TILE_SHAPES)
+    built = subprocess.run([cpu_kernels.compiler(), "-O3", "-march=native", f"-I{cpu_kernels.SOURCES}",
+                            str(tmp_path / "tiles.c"), "-o", str(tmp_path / "tiles")],
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(tmp_path / "tiles")], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "same")
+
+
 HEADER = cpu_kernels.SOURCES / "batchscope.h"
 C_TYPES = {"int": ctypes.c_int.__name__, "int64_t": ctypes.c_int64.__name__, "float": ctypes.c_float.__name__,
            "void": None}

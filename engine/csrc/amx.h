@@ -19,7 +19,10 @@ static inline void configure_tiles(const int rows[8]) {
     TileConfig cfg = {0};
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = rows[t] ? rows[t] : 1, cfg.colsb[t] = 64;
-    _tile_loadconfig(&cfg);
+    /* Not GCC 12's _tile_loadconfig: its asm names only the operand's first 8 bytes as read, so GCC
+     * may drop or sink the stores to the rest (seen: a build whose colsb[0..1] stayed 0, and the
+     * LDTILECFG faulted). This operand is the whole 64-byte struct. */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 #endif
