@@ -230,18 +230,10 @@ def test_an_unknown_bf16_kernel_is_refused(monkeypatch):
     cpu_kernels.bf16_kernel.cache_clear()
 
 
-@pytest.fixture
-def pairs_kernel(monkeypatch):
-    """bf16 layers on the pairs kernel, even where AMX would run them by default."""
-    monkeypatch.setenv("BATCHSCOPE_BF16_KERNEL", "pairs")
-    cpu_kernels.bf16_kernel.cache_clear()
-    yield
-    cpu_kernels.bf16_kernel.cache_clear()
-
-
 @pytest.mark.skipif(cpu_kernels.load() is None or not cpu_kernels.load().bs_linear_bf16_pairs_available(),
                     reason="no AVX512-BF16 here: the bf16 pairs kernel (and its bf16 inputs) do not run")
-def test_norm_and_silu_in_bf16_feed_the_pairs_kernel_the_same_bits_as_its_own_rounding(pairs_kernel):
+@pytest.mark.parametrize("bf16_kernel", ["pairs"], indirect=True)
+def test_norm_and_silu_in_bf16_feed_the_pairs_kernel_the_same_bits_as_its_own_rounding(bf16_kernel):
     """A fused layer on the pairs kernel has its norms and SiLU write bf16 (decoder_layer.c): each is
     its fp32 result rounded as torch rounds, and the linear on those rows is the same bits as on the
     fp32 rows it would round itself; an odd depth is refused. The layer is packed for the pairs
